@@ -1,0 +1,5 @@
+"""Kedro datasets for the objects the pipeline passes between stages."""
+
+from rlvr_factory.datasets.policy_dataset import PolicyDataset
+
+__all__ = ["PolicyDataset"]

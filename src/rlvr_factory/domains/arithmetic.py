@@ -1,0 +1,143 @@
+"""The embedded default domain: seeded integer arithmetic with step-by-step solutions.
+
+A task is an expression such as ``37+5*6``; its demonstration reduces it one operation
+at a time (multiplication first, then left to right) and states the result as
+``\\boxed{67}``. Difficulty levels set the number of digits, the number of operands
+and the operators that may appear.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from rlvr_factory.domains.base import Score, Task
+from rlvr_factory.verifiers.math import MathVerifier
+
+_APPLY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+
+
+@dataclass(frozen=True)
+class Level:
+    """How hard a task is: operand size, operand count and allowed operators."""
+
+    digits: int  # largest operand has this many digits
+    operands: int  # number of operands in the expression
+    ops: str  # operators to draw from, e.g. "+-" or "+-*"
+
+    def __post_init__(self) -> None:
+        if self.digits < 1 or self.operands < 2:
+            raise ValueError(f"a level needs digits >= 1 and operands >= 2, got {self}")
+        if not self.ops or set(self.ops) - set(_APPLY):
+            raise ValueError(f"ops must be a non-empty subset of '+-*', got {self.ops!r}")
+
+
+def solve_steps(numbers: list[int], ops: list[str]) -> tuple[list[str], int]:
+    """Reduce an expression one operation at a time: every `*` first, then left to right.
+
+    Returns the steps as ``"a op b=c"`` strings and the final value.
+    """
+    numbers, ops = list(numbers), list(ops)
+    steps = []
+    while ops:
+        i = ops.index("*") if "*" in ops else 0
+        a, op, b = numbers[i], ops[i], numbers[i + 1]
+        value = _APPLY[op](a, b)
+        steps.append(f"{a}{op}{b}={value}")
+        numbers[i : i + 2] = [value]
+        del ops[i]
+    return steps, numbers[0]
+
+
+class ArithmeticDomain:
+    """Seeded arithmetic tasks, split into train / validation / test without overlap."""
+
+    name = "arithmetic"
+
+    def __init__(
+        self,
+        levels: Mapping[int | str, Mapping[str, Any]],
+        splits: Mapping[str, int],
+        seed: int = 0,
+        verifier: MathVerifier | None = None,
+    ) -> None:
+        self.levels = {int(k): Level(**v) for k, v in levels.items()}
+        self.splits = dict(splits)
+        self.seed = seed
+        self.verifier = verifier or MathVerifier()
+
+    def _draw(self, rng: random.Random, level: Level) -> tuple[list[int], list[str]]:
+        numbers = [rng.randint(0, 10**level.digits - 1) for _ in range(level.operands)]
+        ops = [rng.choice(level.ops) for _ in range(level.operands - 1)]
+        return numbers, ops
+
+    def _expression(self, rng: random.Random, difficulty: int) -> tuple[str, list[str], int]:
+        numbers, ops = self._draw(rng, self.levels[difficulty])
+        expression = "".join(f"{n}{o}" for n, o in zip(numbers, ops)) + str(numbers[-1])
+        steps, answer = solve_steps(numbers, ops)
+        return expression, steps, answer
+
+    def generate_tasks(self) -> list[Task]:
+        """Draw each split's tasks, levels in equal shares; no expression appears twice."""
+        levels = sorted(self.levels)
+        demand = {d: 0 for d in levels}
+        for count in self.splits.values():
+            for i in range(count):
+                demand[levels[i % len(levels)]] += 1
+        for d, wanted in demand.items():
+            if wanted > self._capacity(self.levels[d]) // 2:
+                raise ValueError(
+                    f"level {d} ({self.levels[d]}) has too few distinct expressions for "
+                    f"{wanted} tasks; lower the split sizes or widen the level"
+                )
+        rng = random.Random(self.seed)
+        seen: set[str] = set()
+        tasks = []
+        for split, count in self.splits.items():
+            for i in range(count):
+                difficulty = levels[i % len(levels)]
+                expression, steps, answer = self._expression(rng, difficulty)
+                while expression in seen:
+                    expression, steps, answer = self._expression(rng, difficulty)
+                seen.add(expression)
+                tasks.append(
+                    Task(
+                        task_id=f"arithmetic-{split}-{i:05d}",
+                        domain=self.name,
+                        prompt=f"Compute {expression}",
+                        reference={"answer": str(answer), "steps": steps},
+                        difficulty=difficulty,
+                        split=split,
+                        source=f"generated:seed={self.seed}",
+                    )
+                )
+        return tasks
+
+    def pretraining_corpus(self, size: int, seed: int, exclude: set[str]) -> list[str]:
+        """Worked expressions in plain text (no chat format), none of whose prompts is in `exclude`.
+
+        Pass the held-out prompts as `exclude` so the base model never sees an evaluation task.
+        """
+        rng = random.Random(seed)
+        levels = sorted(self.levels)
+        lines = []
+        while len(lines) < size:
+            expression, steps, answer = self._expression(rng, levels[len(lines) % len(levels)])
+            prompt = f"Compute {expression}"
+            if prompt not in exclude:
+                lines.append(prompt + "\n" + "\n".join(steps) + f"\n\\boxed{{{answer}}}")
+        return lines
+
+    @staticmethod
+    def _capacity(level: Level) -> int:
+        return (10**level.digits) ** level.operands * len(level.ops) ** (level.operands - 1)
+
+    def demonstration(self, task: Task, worked: bool = True) -> str:
+        """The step-by-step solution ending in the boxed answer, or (`worked=False`) the answer alone."""
+        boxed = f"\\boxed{{{task.reference['answer']}}}"
+        return "\n".join(task.reference["steps"]) + "\n" + boxed if worked else boxed
+
+    def score(self, completion: str, reference: dict[str, Any]) -> Score:
+        """Outcome reward: the boxed (or stated) final answer equals the reference."""
+        return self.verifier.score(completion, reference["answer"])

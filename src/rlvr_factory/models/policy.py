@@ -1,0 +1,90 @@
+"""Load and save policies: an HF causal LM, its tokenizer, and the RL bookkeeping beside them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+STATE_FILE = "rlvr_state.json"
+OPTIMIZER_FILE = "optimizer.pt"
+
+
+@dataclass
+class Policy:
+    """A model being post-trained, with the tokenizer that feeds it.
+
+    `version` counts the RL rounds applied; `optimizer_state` carries the optimizer's
+    moments from one round to the next (and into checkpoints) so a resumed run continues
+    exactly where it stopped.
+    """
+
+    model: PreTrainedModel
+    tokenizer: Any
+    version: int = 0
+    optimizer_state: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+def resolve_device(device: str) -> str:
+    """`auto` means the first GPU when there is one, else the CPU."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def load_policy(
+    name_or_path: str | Path,
+    device: str = "auto",
+    dtype: str = "float32",
+    with_optimizer: bool = False,
+) -> Policy:
+    """Load a policy from a local HF model directory or a hub id.
+
+    Raises FileNotFoundError with a hint when a local-looking path does not exist.
+    """
+    path = Path(name_or_path)
+    looks_local = path.is_absolute() or str(name_or_path).startswith((".", "data/"))
+    if looks_local and not path.exists():
+        raise FileNotFoundError(
+            f"no model directory at {path}; run the pipeline that builds it "
+            f"(e.g. `kedro run --pipeline=base_model`) or set model.name_or_path"
+        )
+    tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(
+        str(name_or_path), dtype=getattr(torch, dtype)
+    ).to(resolve_device(device))
+    state = json.loads((path / STATE_FILE).read_text()) if (path / STATE_FILE).exists() else {}
+    optimizer_state = None
+    if with_optimizer and (path / OPTIMIZER_FILE).exists():
+        optimizer_state = torch.load(path / OPTIMIZER_FILE, map_location=resolve_device(device))
+    return Policy(model, tokenizer, state.get("version", 0), optimizer_state)
+
+
+def save_policy(policy: Policy, path: str | Path, with_optimizer: bool = False) -> None:
+    """Save as an ordinary HF model directory (loadable by `AutoModelForCausalLM`).
+
+    The directory is written beside the target and renamed into place, so a run killed
+    mid-save never leaves a half-written policy behind.
+    """
+    path = Path(path)
+    staging = path.with_name(path.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    policy.model.save_pretrained(staging)
+    policy.tokenizer.save_pretrained(staging)
+    (staging / STATE_FILE).write_text(json.dumps({"version": policy.version}))
+    if with_optimizer and policy.optimizer_state is not None:
+        torch.save(policy.optimizer_state, staging / OPTIMIZER_FILE)
+    shutil.rmtree(path, ignore_errors=True)
+    staging.rename(path)

@@ -1,0 +1,89 @@
+"""The embedded base model: a ~1M-parameter Llama, pre-trained on a synthetic corpus.
+
+Built once per configuration: the directory name is a fingerprint of everything that
+shapes the weights, so a second run with the same configuration loads instead of training.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from rlvr_factory.models.policy import Policy, save_policy
+from rlvr_factory.models.tokenizer import build_byte_tokenizer
+from rlvr_factory.training.lm import seed_everything
+from rlvr_factory.training.sft import SFTConfig, supervised_train
+
+log = logging.getLogger(__name__)
+BUILD_VERSION = 1  # bump when the corpus or training code changes what gets built
+
+
+@dataclass(frozen=True)
+class TinyModelConfig:
+    hidden_size: int = 128  # width of the residual stream
+    intermediate_size: int = 384  # width of the SwiGLU MLP
+    num_layers: int = 4  # decoder blocks
+    num_heads: int = 4  # attention heads (no grouped KV)
+    max_positions: int = 256  # longest sequence the RoPE tables cover
+
+
+def build_tiny_model(config: TinyModelConfig, vocab_size: int, pad_id: int, bos_id: int, eos_id: int, seed: int) -> LlamaForCausalLM:
+    """A freshly initialised tiny Llama."""
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=vocab_size,
+            hidden_size=config.hidden_size,
+            intermediate_size=config.intermediate_size,
+            num_hidden_layers=config.num_layers,
+            num_attention_heads=config.num_heads,
+            num_key_value_heads=config.num_heads,
+            max_position_embeddings=config.max_positions,
+            pad_token_id=pad_id,
+            bos_token_id=bos_id,
+            eos_token_id=eos_id,
+            tie_word_embeddings=True,
+        )
+    )
+
+
+def fingerprint(model: TinyModelConfig, corpus: list[str], train: SFTConfig, seed: int) -> str:
+    """A short hash of everything that determines the built weights."""
+    blob = json.dumps(
+        {"v": BUILD_VERSION, "model": asdict(model), "train": asdict(train), "seed": seed,
+         "corpus": hashlib.sha256("\n".join(corpus).encode()).hexdigest()},
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def build_or_load_base_model(
+    cache_dir: str | Path, model: TinyModelConfig, corpus: list[str], train: SFTConfig, seed: int
+) -> Path:
+    """The directory of the tiny base model pre-trained on `corpus`, trained only if not yet built."""
+    if not corpus:
+        raise ValueError("the pre-training corpus is empty")
+    target = Path(cache_dir) / f"tiny-{fingerprint(model, corpus, train, seed)}"
+    if (target / "config.json").exists():
+        log.info("base model: reusing %s", target)
+        return target
+    log.info("base model: pre-training a tiny Llama into %s", target)
+    seed_everything(seed)
+    tokenizer = build_byte_tokenizer()
+    net = build_tiny_model(
+        model, len(tokenizer), tokenizer.pad_token_id, tokenizer.bos_token_id,
+        tokenizer.eos_token_id, seed,
+    )
+    log.info("base model: %.2fM parameters", net.num_parameters() / 1e6)
+    policy = Policy(net, tokenizer)
+    bos = [tokenizer.bos_token_id]
+    examples = [(bos, tokenizer(line, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]) for line in corpus]
+    supervised_train(policy, examples, train, desc="pretrain")
+    save_policy(policy, target)
+    return target

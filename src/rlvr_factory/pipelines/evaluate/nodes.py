@@ -1,0 +1,48 @@
+"""Evaluate: held-out accuracy of the SFT and RL policies, the report, and the policy artifact."""
+
+from __future__ import annotations
+
+import tempfile
+
+import mlflow
+import pandas as pd
+
+from rlvr_factory.domains import get_domain, tasks_from_frame
+from rlvr_factory.evaluation import evaluate_policy
+from rlvr_factory.models.policy import Policy, save_policy
+from rlvr_factory.rollout.hf import SamplingConfig
+from rlvr_factory.training.lm import seed_everything
+
+
+def evaluate_on_test(policy: Policy, test_tasks: pd.DataFrame, domain: dict, evaluate: dict) -> dict:
+    """Greedy pass@1 and sampled pass@k of one policy on the test split."""
+    seed_everything(evaluate["seed"])
+    sampling = SamplingConfig(**evaluate["sampling"], seed=evaluate["seed"])
+    return evaluate_policy(policy, tasks_from_frame(test_tasks), get_domain(domain), sampling, evaluate["k"])
+
+
+def build_report(sft_eval: dict, rl_eval: dict, round_history: list[dict]) -> tuple[dict, dict]:
+    """`metrics.json` (SFT vs RL on test, the per-round curve) and its MLflow metrics."""
+    val_curve = [r["val_greedy_accuracy"] for r in round_history]
+    report = {
+        "sft": sft_eval,
+        "rl": rl_eval,
+        "rl_minus_sft_greedy_accuracy": rl_eval["greedy_accuracy"] - sft_eval["greedy_accuracy"],
+        "rounds": len(round_history),
+        "best_round_val_greedy_accuracy": max(val_curve),
+        "final_val_greedy_accuracy": val_curve[-1],
+        "round_history": round_history,
+    }
+    flat = {f"{stage}.{k}": v for stage in ("sft", "rl") for k, v in report[stage].items()}
+    flat["rl_minus_sft_greedy_accuracy"] = report["rl_minus_sft_greedy_accuracy"]
+    metrics = {k.replace("@", "_at_"): {"value": float(v), "step": 0} for k, v in flat.items()}
+    return report, metrics
+
+
+def log_policy(policy: Policy) -> None:
+    """Log the final policy's HF directory as an artifact of the active MLflow run."""
+    if mlflow.active_run() is None:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        save_policy(policy, tmp)
+        mlflow.log_artifacts(tmp, artifact_path="rl_policy")

@@ -1,0 +1,67 @@
+"""The RL loop unrolled: one namespaced rollout -> verify -> update block per round."""
+
+import warnings
+from functools import partial, update_wrapper
+
+from kedro.pipeline import Node, Pipeline, pipeline
+
+from rlvr_factory.pipelines.rl.nodes import reference_model, rollout, summarize_rounds, update, verify
+
+PARAMETERS = {"params:domain", "params:rl", "params:evaluate"}
+
+# Rounds hand their policy and stats to the next block by namespaced names (`round_000.stats`);
+# Kedro warns about any dotted name outside a namespace, which here is the point.
+warnings.filterwarnings("ignore", message="One or more dataset names contain '.'")
+
+
+def _for_round(func, round_index: int):
+    return update_wrapper(partial(func, round_index=round_index), func)
+
+
+def round_pipeline(round_index: int, with_reference: bool) -> Pipeline:
+    """The nodes of one round, reading `policy` and writing `next_policy`."""
+    reference = ["reference_policy"] if with_reference else []
+    return Pipeline(
+        [
+            Node(_for_round(rollout, round_index), ["policy", "train_tasks", "params:rl"],
+                 ["rollouts", "rollout_stats"], name="rollout"),
+            Node(verify, ["rollouts", "train_tasks", "params:domain"], ["scored", "verify_stats"], name="verify"),
+            Node(
+                _for_round(update, round_index),
+                ["policy", "scored", "validation_tasks", "rollout_stats", "verify_stats",
+                 "params:domain", "params:rl", "params:evaluate", *reference],
+                ["next_policy", "stats", "mlflow_metrics"],
+                name="update",
+            ),
+        ]
+    )
+
+
+def _output_name(k: int, rounds: int, checkpoint_every: int) -> str:
+    """Where round k's policy goes: the final policy, a checkpoint on disk, or memory."""
+    if k == rounds - 1:
+        return "rl_policy"
+    if checkpoint_every and (k + 1) % checkpoint_every == 0:
+        return f"round_{k:03d}.checkpoint"
+    return f"round_{k:03d}.next_policy"
+
+
+def create_pipeline(rounds: int, checkpoint_every: int = 0, with_reference: bool = False) -> Pipeline:
+    """`rounds` rounds from `sft_policy` to `rl_policy`, then the per-round summary.
+
+    Every `checkpoint_every` rounds the policy (with its optimizer state) is written to disk
+    instead of passed in memory, so a killed run resumes with
+    `kedro run --from-nodes=round_NNN.rollout` from the round after the last checkpoint.
+    With `with_reference`, a frozen copy of the SFT policy feeds the KL term of every update.
+    """
+    names = [f"round_{k:03d}" for k in range(rounds)]
+    shared = {"train_tasks", "validation_tasks"} | ({"reference_policy"} if with_reference else set())
+    blocks = Pipeline([Node(reference_model, "sft_policy", "reference_policy", name="reference_model")]) if with_reference else Pipeline([])
+    for k, name in enumerate(names):
+        source = "sft_policy" if k == 0 else _output_name(k - 1, rounds, checkpoint_every)
+        blocks += pipeline(
+            round_pipeline(k, with_reference), namespace=name,
+            inputs={"policy": source, **{i: i for i in shared}},
+            outputs={"next_policy": _output_name(k, rounds, checkpoint_every)}, parameters=PARAMETERS,
+        )
+    return blocks + Pipeline([Node(summarize_rounds, [f"{n}.stats" for n in names], "round_history", name="summarize_rounds")])

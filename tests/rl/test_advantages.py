@@ -1,0 +1,62 @@
+"""GRPO / Dr. GRPO group-relative advantages."""
+
+import math
+
+import pytest
+import torch
+
+from rlvr_factory.rl.advantages import grpo_advantages
+
+
+def test_single_group_is_centred_and_divided_by_the_unbiased_std():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    groups = torch.tensor([0, 0, 0, 0])
+    # mean 0.5; unbiased std = sqrt(4 * 0.25 / 3) = sqrt(1/3)
+    expected = 0.5 / math.sqrt(1 / 3)
+    advantages = grpo_advantages(rewards, groups)
+    torch.testing.assert_close(advantages, torch.tensor([expected, -expected, -expected, expected]), atol=1e-5, rtol=0)
+
+
+def test_uneven_rewards_use_the_group_mean_and_std():
+    rewards = torch.tensor([2.0, 4.0, 9.0])
+    advantages = grpo_advantages(rewards, torch.zeros(3, dtype=torch.long))
+    mean, std = 5.0, math.sqrt(((2 - 5) ** 2 + (4 - 5) ** 2 + (9 - 5) ** 2) / 2)
+    torch.testing.assert_close(
+        advantages, torch.tensor([(2 - mean) / std, (4 - mean) / std, (9 - mean) / std]), atol=1e-5, rtol=0
+    )
+
+
+def test_dr_grpo_only_centres_the_rewards():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0])
+    advantages = grpo_advantages(rewards, torch.zeros(5, dtype=torch.long), scale_by_std=False)
+    torch.testing.assert_close(advantages, torch.tensor([0.4, -0.6, -0.6, 0.4, 0.4]))
+
+
+def test_a_group_of_one_gets_zero_advantage():
+    advantages = grpo_advantages(torch.tensor([1.0, 5.0, 3.0]), torch.tensor([0, 1, 1]))
+    assert advantages[0].item() == 0.0
+    assert advantages[1].item() > 0 > advantages[2].item()
+
+
+@pytest.mark.parametrize("scale_by_std", [True, False])
+def test_a_group_whose_rewards_are_all_equal_gets_zero_advantage(scale_by_std):
+    advantages = grpo_advantages(torch.tensor([1.0, 1.0, 1.0]), torch.tensor([4, 4, 4]), scale_by_std=scale_by_std)
+    assert torch.equal(advantages, torch.zeros(3))
+
+
+def test_interleaved_groups_with_arbitrary_ids_are_normalised_separately():
+    rewards = torch.tensor([3.0, 1.0, 5.0, 1.0, 7.0, 0.0])
+    groups = torch.tensor([42, 7, 42, 7, 13, 42])
+    advantages = grpo_advantages(rewards, groups)
+    # group 42: rewards 3, 5, 0 -> mean 8/3, unbiased std
+    g = torch.tensor([3.0, 5.0, 0.0])
+    g_adv = (g - g.mean()) / g.std()
+    torch.testing.assert_close(advantages[[0, 2, 5]], g_adv, atol=1e-5, rtol=0)
+    # group 7: equal rewards -> 0; group 13: a single sample -> 0
+    assert advantages[[1, 3, 4]].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_integer_rewards_give_float_advantages():
+    advantages = grpo_advantages(torch.tensor([1, 0]), torch.tensor([0, 0]), scale_by_std=False)
+    assert advantages.dtype == torch.float32
+    assert advantages.tolist() == [0.5, -0.5]

@@ -1,0 +1,134 @@
+"""Batched sampling with transformers `generate`."""
+
+import pytest
+import torch
+
+from rlvr_factory.models.policy import Policy
+from rlvr_factory.rollout.hf import SamplingConfig, generate
+from rlvr_factory.training.sft import encode_prompts
+from tests.conftest import make_scripted_policy, make_tiny_policy
+
+PROMPTS = ["Compute 1+2", "Compute 34*5-6"]
+
+
+def always_predicts(token: str) -> Policy:
+    """A tiny Llama whose next token is `token` with probability ~1 after any context.
+
+    The blocks' output projections are zeroed so the residual stream is the token
+    embedding, every embedding is the same unit vector, and only `token`'s output row
+    points along it.
+    """
+    policy = make_tiny_policy(tie_word_embeddings=False)
+    model, tokenizer = policy.model, policy.tokenizer
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        model.model.embed_tokens.weight.zero_()
+        model.model.embed_tokens.weight[:, 0] = 1.0
+        model.lm_head.weight.zero_()
+        model.lm_head.weight[tokenizer.convert_tokens_to_ids(token), 0] = 100.0
+    return policy
+
+
+def test_each_prompt_gets_num_samples_completions_with_their_indices(tiny_policy):
+    completions, _ = generate(tiny_policy, PROMPTS, 3, SamplingConfig(max_new_tokens=4))
+    assert len(completions) == 6
+    assert [(c.prompt_index, c.sample_index) for c in completions] == [(i, s) for i in range(2) for s in range(3)]
+
+
+def test_completions_carry_their_chat_templated_prompt_ids(tiny_policy):
+    completions, _ = generate(tiny_policy, PROMPTS, 2, SamplingConfig(max_new_tokens=4))
+    encoded = encode_prompts(tiny_policy.tokenizer, PROMPTS)
+    for c in completions:
+        assert c.prompt_ids == encoded[c.prompt_index]
+
+
+def test_a_completion_without_eos_runs_to_the_budget_with_finish_reason_length():
+    policy = always_predicts("a")
+    completions, _ = generate(policy, PROMPTS, 2, SamplingConfig(max_new_tokens=5))
+    a = policy.tokenizer.convert_tokens_to_ids("a")
+    for c in completions:
+        assert c.finish_reason == "length"
+        assert c.completion_ids == [a] * 5
+        assert c.text == "aaaaa"
+
+
+def test_a_completion_that_emits_eos_stops_there_with_finish_reason_stop():
+    policy = always_predicts("<|im_end|>")
+    completions, _ = generate(policy, PROMPTS, 2, SamplingConfig(max_new_tokens=5))
+    for c in completions:
+        assert c.finish_reason == "stop"
+        assert c.completion_ids == [policy.tokenizer.eos_token_id]
+        assert c.text == ""
+
+
+def test_a_stopped_completion_keeps_its_eos_id_but_not_its_eos_text():
+    policy = make_scripted_policy("\\boxed{3}")
+    (completion,), _ = generate(policy, PROMPTS[:1], 1, SamplingConfig(max_new_tokens=20))
+    assert completion.finish_reason == "stop"
+    assert completion.text == "\\boxed{3}"
+    assert completion.completion_ids == policy.tokenizer("\\boxed{3}")["input_ids"] + [policy.tokenizer.eos_token_id]
+
+
+def test_the_random_model_runs_out_of_budget_or_stops_consistently(tiny_policy):
+    completions, _ = generate(tiny_policy, PROMPTS, 4, SamplingConfig(max_new_tokens=6))
+    eos = tiny_policy.tokenizer.eos_token_id
+    for c in completions:
+        if c.finish_reason == "stop":
+            assert c.completion_ids[-1] == eos and eos not in c.completion_ids[:-1]
+        else:
+            assert c.finish_reason == "length" and eos not in c.completion_ids and len(c.completion_ids) == 6
+        assert c.text == tiny_policy.tokenizer.decode(c.completion_ids, skip_special_tokens=True)
+
+
+def test_the_same_seed_gives_identical_samples(tiny_policy):
+    config = SamplingConfig(max_new_tokens=8, seed=11)
+    first, _ = generate(tiny_policy, PROMPTS, 3, config)
+    second, _ = generate(tiny_policy, PROMPTS, 3, config)
+    assert [c.completion_ids for c in first] == [c.completion_ids for c in second]
+
+
+def test_another_seed_gives_other_samples(tiny_policy):
+    first, _ = generate(tiny_policy, PROMPTS, 3, SamplingConfig(max_new_tokens=8, seed=11))
+    second, _ = generate(tiny_policy, PROMPTS, 3, SamplingConfig(max_new_tokens=8, seed=12))
+    assert [c.completion_ids for c in first] != [c.completion_ids for c in second]
+
+
+def test_samples_of_one_prompt_differ_from_each_other(tiny_policy):
+    completions, _ = generate(tiny_policy, PROMPTS[:1], 4, SamplingConfig(max_new_tokens=8))
+    assert len({tuple(c.completion_ids) for c in completions}) > 1
+
+
+def test_greedy_decoding_is_deterministic_and_the_same_for_every_sample(tiny_policy):
+    config = SamplingConfig(max_new_tokens=8, temperature=0.0)
+    first, _ = generate(tiny_policy, PROMPTS, 3, config)
+    second, _ = generate(tiny_policy, PROMPTS, 3, SamplingConfig(max_new_tokens=8, temperature=0.0, seed=99))
+    assert [c.completion_ids for c in first] == [c.completion_ids for c in second]
+    for i in range(len(PROMPTS)):
+        assert len({tuple(c.completion_ids) for c in first if c.prompt_index == i}) == 1
+
+
+def test_greedy_decoding_picks_the_most_likely_token(tiny_policy):
+    (completion,), _ = generate(tiny_policy, PROMPTS[:1], 1, SamplingConfig(max_new_tokens=1, temperature=0.0))
+    prompt = torch.tensor([completion.prompt_ids])
+    with torch.no_grad():
+        expected = int(tiny_policy.model(input_ids=prompt).logits[0, -1].argmax())
+    assert completion.completion_ids == [expected]
+
+
+def test_left_padding_does_not_change_greedy_completions(tiny_policy):
+    config = SamplingConfig(max_new_tokens=6, temperature=0.0)
+    batched, _ = generate(tiny_policy, PROMPTS, 1, config)
+    alone = [generate(tiny_policy, [p], 1, config)[0][0] for p in PROMPTS]
+    assert [c.completion_ids for c in batched] == [c.completion_ids for c in alone]
+
+
+def test_small_batches_cover_every_job(tiny_policy):
+    completions, _ = generate(tiny_policy, PROMPTS, 3, SamplingConfig(max_new_tokens=2, batch_size=4))
+    assert [(c.prompt_index, c.sample_index) for c in completions] == [(i, s) for i in range(2) for s in range(3)]
+
+
+def test_timing_stats_are_reported(tiny_policy):
+    _, stats = generate(tiny_policy, PROMPTS, 1, SamplingConfig(max_new_tokens=3))
+    assert stats["seconds"] > 0 and stats["tokens_per_second"] > 0

@@ -1,0 +1,90 @@
+"""Held-out evaluation: unbiased pass@k and the evaluation report."""
+
+from math import comb
+
+import pytest
+
+from rlvr_factory.domains import Task
+from rlvr_factory.domains.arithmetic import ArithmeticDomain
+from rlvr_factory.evaluation import evaluate_policy, greedy_accuracy, pass_at_k
+from rlvr_factory.rollout.hf import SamplingConfig
+from tests.conftest import make_scripted_policy
+
+
+@pytest.mark.parametrize(
+    "n,c,k,expected",
+    [(4, 1, 1, 0.25), (4, 1, 2, 0.5), (4, 0, 1, 0.0), (4, 0, 4, 0.0), (4, 4, 1, 1.0), (4, 2, 3, 1.0), (5, 2, 2, 0.7)],
+)
+def test_pass_at_k_hand_computed_values(n, c, k, expected):
+    assert pass_at_k(n, c, k) == pytest.approx(expected)
+
+
+def test_pass_at_1_is_the_fraction_correct():
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
+
+
+def test_pass_at_k_is_the_chance_that_k_draws_without_replacement_hit_a_correct_one():
+    n, c, k = 10, 3, 4
+    assert pass_at_k(n, c, k) == pytest.approx(1 - comb(n - c, k) / comb(n, k))
+    assert pass_at_k(n, c, 4) > pass_at_k(n, c, 2) > pass_at_k(n, c, 1)
+
+
+def test_pass_at_k_with_more_draws_than_samples_raises():
+    with pytest.raises(ValueError, match="pass@5 needs at least 5 samples"):
+        pass_at_k(4, 1, 5)
+
+
+def make_domain():
+    return ArithmeticDomain(
+        levels={1: {"digits": 1, "operands": 2, "ops": "+"}, 2: {"digits": 1, "operands": 3, "ops": "+"}},
+        splits={"test": 4},
+        seed=0,
+    )
+
+
+def test_the_report_has_overall_and_per_difficulty_metrics(tiny_policy):
+    domain = make_domain()
+    tasks = domain.generate_tasks()
+    report = evaluate_policy(tiny_policy, tasks, domain, SamplingConfig(max_new_tokens=3), k=2)
+    expected = {"num_tasks"} | {
+        f"{metric}{suffix}"
+        for metric in ("greedy_accuracy", "pass@1", "pass@2")
+        for suffix in ("", "/difficulty_1", "/difficulty_2")
+    }
+    assert set(report) == expected
+    assert report["num_tasks"] == 4.0
+    # a random tiny model writing 3 bytes does not produce a boxed correct answer
+    assert all(report[key] == 0.0 for key in expected - {"num_tasks"})
+
+
+def test_greedy_accuracy_of_a_random_model_is_zero(tiny_policy):
+    domain = make_domain()
+    assert greedy_accuracy(tiny_policy, domain.generate_tasks(), domain, SamplingConfig(max_new_tokens=3)) == 0.0
+
+
+def test_evaluating_no_tasks_raises(tiny_policy):
+    with pytest.raises(ValueError, match="no tasks"):
+        evaluate_policy(tiny_policy, [], make_domain(), SamplingConfig(), k=2)
+
+
+def arithmetic_task(task_id: str, answer: str, difficulty: int) -> Task:
+    return Task(task_id, "arithmetic", f"Compute {answer}+0", {"answer": answer, "steps": []}, difficulty, "test", "t")
+
+
+def test_the_report_scores_a_policy_that_always_answers_three():
+    policy = make_scripted_policy("\\boxed{3}")
+    tasks = [arithmetic_task("a", "3", 1), arithmetic_task("b", "4", 1), arithmetic_task("c", "3", 2)]
+    report = evaluate_policy(policy, tasks, make_domain(), SamplingConfig(max_new_tokens=12), k=3)
+    assert report["greedy_accuracy"] == pytest.approx(2 / 3)
+    assert report["pass@1"] == pytest.approx(2 / 3)
+    assert report["pass@3"] == pytest.approx(2 / 3)
+    assert report["greedy_accuracy/difficulty_1"] == pytest.approx(0.5)
+    assert report["greedy_accuracy/difficulty_2"] == 1.0
+    assert report["pass@3/difficulty_1"] == pytest.approx(0.5)
+    assert greedy_accuracy(policy, tasks, make_domain(), SamplingConfig(max_new_tokens=12)) == pytest.approx(2 / 3)
+
+
+def test_a_completion_cut_off_before_its_answer_counts_as_wrong():
+    policy = make_scripted_policy("\\boxed{3}")
+    tasks = [arithmetic_task("a", "3", 1)]
+    assert greedy_accuracy(policy, tasks, make_domain(), SamplingConfig(max_new_tokens=5)) == 0.0
