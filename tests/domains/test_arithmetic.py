@@ -159,6 +159,14 @@ def test_a_demonstration_lists_the_steps_then_the_boxed_answer():
     assert domain.demonstration(task) == "4*5=20\n3+20=23\n\\boxed{23}"
 
 
+def test_an_answer_only_demonstration_is_the_boxed_answer_and_scores_as_correct():
+    domain = make_domain()
+    task = domain.generate_tasks()[0]
+    demonstration = domain.demonstration(task, worked=False)
+    assert demonstration == f"\\boxed{{{task.reference['answer']}}}"
+    assert domain.score(demonstration, task.reference).correct
+
+
 def test_a_wrong_final_answer_scores_as_incorrect():
     domain = make_domain()
     score = domain.score("4*5=20\n3+20=23\n\\boxed{24}", {"answer": "23", "steps": []})

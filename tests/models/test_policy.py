@@ -30,8 +30,8 @@ def test_a_saved_policy_loads_with_identical_logits(tiny_policy, tmp_path):
 
 
 def test_the_loaded_tokenizer_encodes_like_the_saved_one(tiny_policy, tmp_path):
-    save_policy(tiny_policy, tmp_path)
-    loaded = load_policy(tmp_path, device="cpu")
+    save_policy(tiny_policy, tmp_path / "policy")
+    loaded = load_policy(tmp_path / "policy", device="cpu")
     text = "Compute 3*4 ✓"
     assert loaded.tokenizer(text)["input_ids"] == tiny_policy.tokenizer(text)["input_ids"]
     assert loaded.tokenizer.pad_token_id == tiny_policy.tokenizer.pad_token_id
@@ -40,22 +40,22 @@ def test_the_loaded_tokenizer_encodes_like_the_saved_one(tiny_policy, tmp_path):
 
 def test_the_version_is_saved_and_restored(tiny_policy, tmp_path):
     tiny_policy.version = 7
-    save_policy(tiny_policy, tmp_path)
-    assert json.loads((tmp_path / STATE_FILE).read_text()) == {"version": 7}
-    assert load_policy(tmp_path, device="cpu").version == 7
+    save_policy(tiny_policy, tmp_path / "policy")
+    assert json.loads((tmp_path / "policy" / STATE_FILE).read_text()) == {"version": 7}
+    assert load_policy(tmp_path / "policy", device="cpu").version == 7
 
 
 def test_a_directory_without_rl_state_loads_as_version_zero(tiny_policy, tmp_path):
     tiny_policy.version = 3
-    save_policy(tiny_policy, tmp_path)
-    (tmp_path / STATE_FILE).unlink()
-    assert load_policy(tmp_path, device="cpu").version == 0
+    save_policy(tiny_policy, tmp_path / "policy")
+    (tmp_path / "policy" / STATE_FILE).unlink()
+    assert load_policy(tmp_path / "policy", device="cpu").version == 0
 
 
 def test_the_optimizer_state_is_restored_when_asked_for(tiny_policy, tmp_path):
     take_an_optimizer_step(tiny_policy)
-    save_policy(tiny_policy, tmp_path, with_optimizer=True)
-    loaded = load_policy(tmp_path, device="cpu", with_optimizer=True)
+    save_policy(tiny_policy, tmp_path / "policy", with_optimizer=True)
+    loaded = load_policy(tmp_path / "policy", device="cpu", with_optimizer=True)
     saved = tiny_policy.optimizer_state
     assert loaded.optimizer_state["param_groups"] == saved["param_groups"]
     assert loaded.optimizer_state["state"].keys() == saved["state"].keys()
@@ -66,22 +66,39 @@ def test_the_optimizer_state_is_restored_when_asked_for(tiny_policy, tmp_path):
 
 def test_the_optimizer_state_is_not_loaded_unless_asked_for(tiny_policy, tmp_path):
     take_an_optimizer_step(tiny_policy)
-    save_policy(tiny_policy, tmp_path, with_optimizer=True)
-    assert (tmp_path / OPTIMIZER_FILE).exists()
-    assert load_policy(tmp_path, device="cpu").optimizer_state is None
+    save_policy(tiny_policy, tmp_path / "policy", with_optimizer=True)
+    assert (tmp_path / "policy" / OPTIMIZER_FILE).exists()
+    assert load_policy(tmp_path / "policy", device="cpu").optimizer_state is None
 
 
 def test_the_optimizer_state_is_not_saved_unless_asked_for(tiny_policy, tmp_path):
     take_an_optimizer_step(tiny_policy)
-    save_policy(tiny_policy, tmp_path)
-    assert not (tmp_path / OPTIMIZER_FILE).exists()
-    assert load_policy(tmp_path, device="cpu", with_optimizer=True).optimizer_state is None
+    save_policy(tiny_policy, tmp_path / "policy")
+    assert not (tmp_path / "policy" / OPTIMIZER_FILE).exists()
+    assert load_policy(tmp_path / "policy", device="cpu", with_optimizer=True).optimizer_state is None
 
 
 def test_a_saved_policy_is_a_plain_hf_model_directory(tiny_policy, tmp_path):
-    save_policy(tiny_policy, tmp_path)
-    model = AutoModelForCausalLM.from_pretrained(tmp_path)
+    save_policy(tiny_policy, tmp_path / "policy")
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "policy")
     assert torch.equal(logits_of(model), logits_of(tiny_policy.model))
+
+
+def test_saving_over_an_existing_policy_replaces_it_entirely(tiny_policy, tmp_path):
+    take_an_optimizer_step(tiny_policy)
+    save_policy(tiny_policy, tmp_path / "policy", with_optimizer=True)
+    (tmp_path / "policy" / "stale.txt").write_text("left from an older save")
+    tiny_policy.version = 5
+    save_policy(tiny_policy, tmp_path / "policy")
+    assert not (tmp_path / "policy" / OPTIMIZER_FILE).exists()
+    assert not (tmp_path / "policy" / "stale.txt").exists()
+    assert load_policy(tmp_path / "policy", device="cpu").version == 5
+
+
+def test_saving_leaves_no_staging_directory_behind(tiny_policy, tmp_path):
+    save_policy(tiny_policy, tmp_path / "policy")
+    save_policy(tiny_policy, tmp_path / "policy")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["policy"]
 
 
 def test_save_creates_missing_parent_directories(tiny_policy, tmp_path):
@@ -91,8 +108,8 @@ def test_save_creates_missing_parent_directories(tiny_policy, tmp_path):
 
 
 def test_load_policy_puts_the_model_on_the_requested_device_and_dtype(tiny_policy, tmp_path):
-    save_policy(tiny_policy, tmp_path)
-    loaded = load_policy(tmp_path, device="cpu", dtype="bfloat16")
+    save_policy(tiny_policy, tmp_path / "policy")
+    loaded = load_policy(tmp_path / "policy", device="cpu", dtype="bfloat16")
     assert loaded.device == torch.device("cpu")
     assert next(loaded.model.parameters()).dtype == torch.bfloat16
 

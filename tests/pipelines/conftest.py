@@ -6,6 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
+import mlflow
 import pytest
 from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
@@ -63,6 +64,10 @@ def run_pipeline(project: Path, params: dict, pipeline: str = "rlvr") -> None:
         with KedroSession.create(project_path=project, runtime_params=params) as session:
             session.run(pipeline_names=[pipeline])
     finally:
+        # kedro-mlflow ends its run in the store, but MLflow's fluent API can still hold it
+        # as active in this process; clear it so the next in-process run starts its own.
+        while mlflow.active_run() is not None:
+            mlflow.end_run()
         os.chdir(cwd)
         if old_uri is None:
             os.environ.pop("MLFLOW_TRACKING_URI", None)

@@ -1,6 +1,5 @@
 """Batched sampling with transformers `generate`."""
 
-import pytest
 import torch
 
 from rlvr_factory.models.policy import Policy

@@ -1,13 +1,13 @@
 """One RL round: group-relative advantages and PPO-clipped updates on a tiny model."""
 
 import copy
-import warnings
 
 import pytest
 import torch
 
 from rlvr_factory.training.grpo import Sample, UpdateConfig, rl_update
 from rlvr_factory.training.lm import join_prompt_completion, token_logprobs
+from tests.conftest import make_tiny_policy
 
 pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad=True:UserWarning")
 
@@ -122,3 +122,34 @@ def test_a_kl_coefficient_without_a_reference_raises(tiny_policy, contrast):
     with pytest.raises(ValueError, match="reference"):
         rl_update(tiny_policy, contrast[3], UpdateConfig(kl_coef=0.1))
     assert tiny_policy.version == 0
+
+
+def test_a_kl_penalty_holds_the_policy_near_the_reference(contrast):
+    prompt, good, _, samples = contrast
+    gains = {}
+    for kl_coef in (0.0, 5.0):
+        policy = make_tiny_policy()
+        reference = copy.deepcopy(policy.model) if kl_coef else None
+        before = completion_logprob(policy, prompt, good)
+        for _ in range(3):
+            rl_update(policy, samples, UpdateConfig(lr=1e-2, epochs=4, kl_coef=kl_coef), reference=reference)
+        gains[kl_coef] = completion_logprob(policy, prompt, good) - before
+    assert gains[0.0] > 1.0
+    assert gains[5.0] < 0.5 * gains[0.0]
+
+
+def test_lr_warm_up_counts_optimizer_steps_across_rounds(tiny_policy, contrast):
+    samples = contrast[3] * 2  # 4 samples, 2 minibatches of 2: two steps per round
+    config = UpdateConfig(lr=1e-3, warmup_steps=4, minibatch_size=2)
+    rl_update(tiny_policy, samples, config)
+    # steps 1 and 2 of 4 use 1/4 and 2/4 of the peak; the last one is what is kept
+    assert [g["lr"] for g in tiny_policy.optimizer_state["param_groups"]] == pytest.approx([5e-4, 5e-4])
+    rl_update(tiny_policy, samples, config)
+    assert [g["lr"] for g in tiny_policy.optimizer_state["param_groups"]] == pytest.approx([1e-3, 1e-3])
+
+
+def test_the_optimizer_uses_the_configured_second_moment_decay(tiny_policy, contrast):
+    rl_update(tiny_policy, contrast[3], UpdateConfig(adam_beta2=0.98, weight_decay=0.1))
+    groups = tiny_policy.optimizer_state["param_groups"]
+    assert [tuple(g["betas"]) for g in groups] == [(0.9, 0.98), (0.9, 0.98)]
+    assert [g["weight_decay"] for g in groups] == [0.1, 0.0]

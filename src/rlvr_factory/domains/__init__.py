@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from rlvr_factory.domains.arithmetic import ArithmeticDomain
-from rlvr_factory.domains.base import Domain, Score, Task, tasks_from_frame, tasks_to_frame
+from rlvr_factory.domains.base import Domain, Task, tasks_from_frame, tasks_to_frame
+from rlvr_factory.verifiers.score import Score
 
 DOMAINS: dict[str, Callable[..., Domain]] = {"arithmetic": ArithmeticDomain}
 

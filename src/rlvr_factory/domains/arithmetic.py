@@ -12,7 +12,8 @@ import random
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from rlvr_factory.domains.base import Score, Task
+from rlvr_factory.domains.base import Task
+from rlvr_factory.verifiers.score import Score
 from rlvr_factory.verifiers.math import MathVerifier
 
 _APPLY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 import pandas as pd
 
+from rlvr_factory.verifiers.score import Score
+
 TASK_COLUMNS = ["task_id", "domain", "prompt", "reference", "difficulty", "split", "source"]
-SCORE_STATUSES = ("ok", "timeout", "error", "infra_error")
 
 
 @dataclass(frozen=True)
@@ -29,20 +30,6 @@ class Task:
         row = asdict(self)
         row["reference"] = json.dumps(self.reference, sort_keys=True)
         return row
-
-
-@dataclass(frozen=True)
-class Score:
-    """A verifier's verdict on one completion."""
-
-    reward: float
-    correct: bool
-    status: str = "ok"
-    breakdown: dict[str, float] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.status not in SCORE_STATUSES:
-            raise ValueError(f"status must be one of {SCORE_STATUSES}, got {self.status!r}")
 
 
 class Domain(Protocol):

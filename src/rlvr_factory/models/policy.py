@@ -52,7 +52,8 @@ def load_policy(
     Raises FileNotFoundError with a hint when a local-looking path does not exist.
     """
     path = Path(name_or_path)
-    looks_local = path.is_absolute() or str(name_or_path).startswith((".", "data/"))
+    # Hub ids are "name" or "org/name"; anything absolute, relative-dotted or deeper is a path.
+    looks_local = path.is_absolute() or str(name_or_path).startswith(".") or len(path.parts) > 2
     if looks_local and not path.exists():
         raise FileNotFoundError(
             f"no model directory at {path}; run the pipeline that builds it "

@@ -7,8 +7,8 @@ import torch
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of `values` over positions where `mask` is 1 (0 when the mask is empty)."""
-    mask = mask.to(values.dtype)
-    return (values * mask).sum() / mask.sum().clamp(min=1.0)
+    keep = mask.bool()
+    return torch.where(keep, values, torch.zeros_like(values)).sum() / keep.sum().clamp(min=1)
 
 
 def clipped_policy_loss(

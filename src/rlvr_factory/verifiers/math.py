@@ -12,10 +12,10 @@ from functools import lru_cache
 
 import sympy
 
-from rlvr_factory.domains.base import Score
+from rlvr_factory.verifiers.score import Score
 
 MAX_ANSWER_CHARS = 200
-_ANSWER_LINE = re.compile(r"answer\s*(?:is)?\s*[:=]?\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+_ANSWER_LINE = re.compile(r"\banswer\b\s*(?:is\b|[:=])\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(/[+-]?\d+)?$")
 
 
@@ -51,7 +51,10 @@ def as_rational(answer: str) -> sympy.Rational | None:
     compact = answer.replace(",", "").replace(" ", "").replace("$", "")
     if len(compact) > MAX_ANSWER_CHARS or not _NUMBER.match(compact):
         return None
-    return sympy.Rational(compact)
+    try:
+        return sympy.Rational(compact)
+    except ZeroDivisionError:
+        return None
 
 
 def answers_match(predicted: str, gold: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import logging
 import random
 import time
@@ -23,6 +24,17 @@ TIMING_KEYS = ("rollout_seconds", "verify_seconds", "update_seconds", "eval_seco
 def round_seed(rl: dict, round_index: int) -> int:
     """The seed of one round, derived from `rl.seed` so every round samples afresh."""
     return rl["seed"] * 100_003 + round_index
+
+
+def round_lr(rl: dict, round_index: int) -> float:
+    """`rl.update.lr`, decayed over the rounds by `rl.lr_schedule` (cosine to 10%, or constant)."""
+    kind, lr = rl["lr_schedule"], rl["update"]["lr"]
+    if kind == "constant":
+        return lr
+    if kind == "cosine":
+        progress = round_index / max(1, rl["rounds"] - 1)
+        return lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+    raise ValueError(f"rl.lr_schedule must be cosine or constant, got {kind!r}")
 
 
 def reference_model(sft_policy: Policy) -> Policy:
@@ -91,9 +103,8 @@ def update(
         for r in usable.itertuples(index=False)
     ]
     start = time.perf_counter()
-    stats = rl_update(
-        policy, samples, UpdateConfig(**rl["update"], seed=seed), reference.model if reference else None
-    )
+    config = UpdateConfig(**{**rl["update"], "lr": round_lr(rl, round_index)}, seed=seed)
+    stats = rl_update(policy, samples, config, reference.model if reference else None)
     update_seconds = time.perf_counter() - start
     start = time.perf_counter()
     val_tasks = tasks_from_frame(validation_tasks)[: evaluate["validation_size"]]
@@ -101,6 +112,7 @@ def update(
     by_status = scored["status"].value_counts()
     stats.update(
         round=round_index,
+        lr=config.lr,
         reward_mean=float(scored["reward"].mean()),
         pass_rate=float(scored["correct"].mean()),
         completion_tokens_mean=float(scored["completion_tokens"].mean()),
