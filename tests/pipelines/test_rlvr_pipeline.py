@@ -64,6 +64,7 @@ def test_report_compares_sft_and_rl_on_the_test_split(tiny_run):
         report["rl"]["greedy_accuracy"] - report["sft"]["greedy_accuracy"]
     )
     assert [r["round"] for r in report["round_history"]] == [0, 1]
+    assert all(r["kl"] == 0.0 for r in report["round_history"])  # KL is off by default
 
 
 def test_mlflow_run_has_params_per_round_metrics_and_the_policy(tiny_run):
@@ -97,13 +98,15 @@ def test_same_configuration_gives_byte_identical_metrics(tiny_run, tmp_path):
     ).read_bytes()
 
 
-def test_cli_params_override_sets_the_number_of_rounds(tmp_path):
+def test_cli_params_override_sets_the_number_of_rounds_and_turns_on_kl(tmp_path):
     project = make_project(tmp_path)
     params = copy.deepcopy(TINY_PARAMS)
     params["rl"]["rounds"] = 3
+    params["rl"]["update"]["kl_coef"] = 0.1
     assert _kedro_cli(project, params).wait(timeout=600) == 0, _log_tail(project)
     history = json.loads((project / "data/08_reporting/round_history.json").read_text())
     assert [r["round"] for r in history] == [0, 1, 2]
+    assert history[2]["kl"] > 0.0  # by round 2 the policy has moved away from the SFT reference
     assert (project / "data/07_model_output/rollouts/round_002.parquet").exists()
     assert not (project / "data/07_model_output/rollouts/round_003.parquet").exists()
 
