@@ -7,6 +7,8 @@ import pytest
 from rlvr_factory.domains import Task
 from rlvr_factory.domains.arithmetic import ArithmeticDomain
 from rlvr_factory.evaluation import evaluate_policy, greedy_accuracy, pass_at_k
+
+VERIFY = {"workers": 1, "timeout_seconds": 5.0, "max_input_chars": 100_000}
 from rlvr_factory.rollout.hf import SamplingConfig
 from tests.conftest import make_scripted_policy
 
@@ -45,7 +47,7 @@ def make_domain():
 def test_the_report_has_overall_and_per_difficulty_metrics(tiny_policy):
     domain = make_domain()
     tasks = domain.generate_tasks()
-    report = evaluate_policy(tiny_policy, tasks, domain, SamplingConfig(max_new_tokens=3), k=2)
+    report = evaluate_policy(tiny_policy, tasks, domain, VERIFY, SamplingConfig(max_new_tokens=3), k=2)
     expected = {"num_tasks"} | {
         f"{metric}{suffix}"
         for metric in ("greedy_accuracy", "pass@1", "pass@2")
@@ -59,12 +61,12 @@ def test_the_report_has_overall_and_per_difficulty_metrics(tiny_policy):
 
 def test_greedy_accuracy_of_a_random_model_is_zero(tiny_policy):
     domain = make_domain()
-    assert greedy_accuracy(tiny_policy, domain.generate_tasks(), domain, SamplingConfig(max_new_tokens=3)) == 0.0
+    assert greedy_accuracy(tiny_policy, domain.generate_tasks(), domain, VERIFY, SamplingConfig(max_new_tokens=3)) == 0.0
 
 
 def test_evaluating_no_tasks_raises(tiny_policy):
     with pytest.raises(ValueError, match="no tasks"):
-        evaluate_policy(tiny_policy, [], make_domain(), SamplingConfig(), k=2)
+        evaluate_policy(tiny_policy, [], make_domain(), VERIFY, SamplingConfig(), k=2)
 
 
 def arithmetic_task(task_id: str, answer: str, difficulty: int) -> Task:
@@ -74,17 +76,17 @@ def arithmetic_task(task_id: str, answer: str, difficulty: int) -> Task:
 def test_the_report_scores_a_policy_that_always_answers_three():
     policy = make_scripted_policy("\\boxed{3}")
     tasks = [arithmetic_task("a", "3", 1), arithmetic_task("b", "4", 1), arithmetic_task("c", "3", 2)]
-    report = evaluate_policy(policy, tasks, make_domain(), SamplingConfig(max_new_tokens=12), k=3)
+    report = evaluate_policy(policy, tasks, make_domain(), VERIFY, SamplingConfig(max_new_tokens=12), k=3)
     assert report["greedy_accuracy"] == pytest.approx(2 / 3)
     assert report["pass@1"] == pytest.approx(2 / 3)
     assert report["pass@3"] == pytest.approx(2 / 3)
     assert report["greedy_accuracy/difficulty_1"] == pytest.approx(0.5)
     assert report["greedy_accuracy/difficulty_2"] == 1.0
     assert report["pass@3/difficulty_1"] == pytest.approx(0.5)
-    assert greedy_accuracy(policy, tasks, make_domain(), SamplingConfig(max_new_tokens=12)) == pytest.approx(2 / 3)
+    assert greedy_accuracy(policy, tasks, make_domain(), VERIFY, SamplingConfig(max_new_tokens=12)) == pytest.approx(2 / 3)
 
 
 def test_a_completion_cut_off_before_its_answer_counts_as_wrong():
     policy = make_scripted_policy("\\boxed{3}")
     tasks = [arithmetic_task("a", "3", 1)]
-    assert greedy_accuracy(policy, tasks, make_domain(), SamplingConfig(max_new_tokens=5)) == 0.0
+    assert greedy_accuracy(policy, tasks, make_domain(), VERIFY, SamplingConfig(max_new_tokens=5)) == 0.0

@@ -10,6 +10,7 @@ from typing import Sequence
 from rlvr_factory.domains.base import Domain, Task
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.rollout.hf import SamplingConfig, generate
+from rlvr_factory.verification import verify_batch
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -22,30 +23,36 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def correctness(
-    policy: Policy, tasks: Sequence[Task], domain: Domain, samples: int, sampling: SamplingConfig, desc: str
+    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, samples: int, sampling: SamplingConfig,
+    desc: str,
 ) -> list[list[bool]]:
     """For each task, whether each of its `samples` completions is correct."""
     completions, _ = generate(policy, [t.prompt for t in tasks], samples, sampling, desc=desc)
+    scores, _ = verify_batch(
+        domain, [c.text for c in completions], [tasks[c.prompt_index].reference for c in completions], verify
+    )
     hits: list[list[bool]] = [[] for _ in tasks]
-    for c in completions:
-        hits[c.prompt_index].append(domain.score(c.text, tasks[c.prompt_index].reference).correct)
+    for c, score in zip(completions, scores):
+        hits[c.prompt_index].append(score.correct)
     return hits
 
 
-def greedy_accuracy(policy: Policy, tasks: Sequence[Task], domain: Domain, sampling: SamplingConfig) -> float:
+def greedy_accuracy(
+    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, sampling: SamplingConfig
+) -> float:
     """Fraction of tasks solved by the greedy completion."""
-    hits = correctness(policy, tasks, domain, 1, replace(sampling, temperature=0.0), desc="eval greedy")
+    hits = correctness(policy, tasks, domain, verify, 1, replace(sampling, temperature=0.0), desc="eval greedy")
     return sum(h[0] for h in hits) / len(tasks)
 
 
 def evaluate_policy(
-    policy: Policy, tasks: Sequence[Task], domain: Domain, sampling: SamplingConfig, k: int
+    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, sampling: SamplingConfig, k: int
 ) -> dict[str, float]:
     """Greedy accuracy and sampled pass@1 / pass@k, overall and as `<metric>/difficulty_<d>`."""
     if not tasks:
         raise ValueError("evaluate_policy got no tasks; is the held-out split empty?")
-    greedy = correctness(policy, tasks, domain, 1, replace(sampling, temperature=0.0), desc="eval greedy")
-    sampled = correctness(policy, tasks, domain, k, sampling, desc=f"eval pass@{k}")
+    greedy = correctness(policy, tasks, domain, verify, 1, replace(sampling, temperature=0.0), desc="eval greedy")
+    sampled = correctness(policy, tasks, domain, verify, k, sampling, desc=f"eval pass@{k}")
     groups: dict[str, list[int]] = defaultdict(list)
     for i, task in enumerate(tasks):
         groups["overall"].append(i)

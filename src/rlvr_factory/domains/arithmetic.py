@@ -61,12 +61,12 @@ class ArithmeticDomain:
         levels: Mapping[int | str, Mapping[str, Any]],
         splits: Mapping[str, int],
         seed: int = 0,
-        verifier: MathVerifier | None = None,
+        verifier: Mapping[str, Any] | None = None,
     ) -> None:
         self.levels = {int(k): Level(**v) for k, v in levels.items()}
         self.splits = dict(splits)
         self.seed = seed
-        self.verifier = verifier or MathVerifier()
+        self.verifier = MathVerifier(**(verifier or {}))
 
     def _draw(self, rng: random.Random, level: Level) -> tuple[list[int], list[str]]:
         numbers = [rng.randint(0, 10**level.digits - 1) for _ in range(level.operands)]
@@ -139,6 +139,11 @@ class ArithmeticDomain:
         boxed = f"\\boxed{{{task.reference['answer']}}}"
         return "\n".join(task.reference["steps"]) + "\n" + boxed if worked else boxed
 
+    @staticmethod
+    def gold(reference: dict[str, Any]) -> str:
+        """What the verifier compares a completion with: the reference answer."""
+        return reference["answer"]
+
     def score(self, completion: str, reference: dict[str, Any]) -> Score:
-        """Outcome reward: the boxed (or stated) final answer equals the reference."""
-        return self.verifier.score(completion, reference["answer"])
+        """Verify one completion in this process (the pipeline verifies through a worker pool)."""
+        return self.verifier.score(completion, self.gold(reference))

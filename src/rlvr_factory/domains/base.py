@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 
+from rlvr_factory.verifiers.pool import Verifier
 from rlvr_factory.verifiers.score import Score
 
 TASK_COLUMNS = ["task_id", "domain", "prompt", "reference", "difficulty", "split", "source"]
@@ -33,9 +34,17 @@ class Task:
 
 
 class Domain(Protocol):
-    """A task distribution, an environment that reads completions, and a reward."""
+    """A task distribution, an environment that reads completions, and a reward.
+
+    `verifier` judges a completion against `gold(reference)`; it offers a cheap, safe
+    `quick_score` and a full `score` that a `VerifierPool` runs under a time limit.
+    """
 
     name: str
+    verifier: Verifier
+
+    def gold(self, reference: dict[str, Any]) -> str:
+        """The part of a task's reference the verifier compares completions with."""
 
     def generate_tasks(self) -> list[Task]:
         """All tasks of the domain's source, each labelled with its split."""

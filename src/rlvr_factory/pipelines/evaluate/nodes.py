@@ -14,11 +14,11 @@ from rlvr_factory.rollout.hf import SamplingConfig
 from rlvr_factory.training.lm import seed_everything
 
 
-def evaluate_on_test(policy: Policy, test_tasks: pd.DataFrame, domain: dict, evaluate: dict) -> dict:
+def evaluate_on_test(policy: Policy, test_tasks: pd.DataFrame, domain: dict, verify: dict, evaluate: dict) -> dict:
     """Greedy pass@1 and sampled pass@k of one policy on the test split."""
     seed_everything(evaluate["seed"])
     sampling = SamplingConfig(**evaluate["sampling"], seed=evaluate["seed"])
-    return evaluate_policy(policy, tasks_from_frame(test_tasks), get_domain(domain), sampling, evaluate["k"])
+    return evaluate_policy(policy, tasks_from_frame(test_tasks), get_domain(domain), verify, sampling, evaluate["k"])
 
 
 def build_report(sft_eval: dict, rl_eval: dict, round_history: list[dict]) -> tuple[dict, dict]:

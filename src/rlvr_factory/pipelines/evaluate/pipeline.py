@@ -2,7 +2,7 @@ from kedro.pipeline import Node, Pipeline
 
 from rlvr_factory.pipelines.evaluate.nodes import build_report, evaluate_on_test, log_policy
 
-PARAMS = ["test_tasks", "params:domain", "params:evaluate"]
+PARAMS = ["test_tasks", "params:domain", "params:verify", "params:evaluate"]
 
 
 def create_pipeline() -> Pipeline:

@@ -16,6 +16,7 @@ from rlvr_factory.models.policy import Policy
 from rlvr_factory.rollout.hf import SamplingConfig, generate
 from rlvr_factory.training.grpo import Sample, UpdateConfig, rl_update
 from rlvr_factory.training.lm import seed_everything
+from rlvr_factory.verification import verify_batch
 
 log = logging.getLogger(__name__)
 TIMING_KEYS = ("rollout_seconds", "verify_seconds", "update_seconds", "eval_seconds", "tokens_per_second")
@@ -69,24 +70,30 @@ def rollout(policy: Policy, train_tasks: pd.DataFrame, rl: dict, round_index: in
     return frame, {"rollout_seconds": timing["seconds"], "tokens_per_second": timing["tokens_per_second"]}
 
 
-def verify(rollouts: pd.DataFrame, train_tasks: pd.DataFrame, domain: dict) -> tuple[pd.DataFrame, dict]:
-    """Score every completion with the domain's verifier (the `scored` table)."""
-    env = get_domain(domain)
+def verify(rollouts: pd.DataFrame, train_tasks: pd.DataFrame, domain: dict, verify: dict) -> tuple[pd.DataFrame, dict]:
+    """Score every completion with the domain's verifier through the pool (the `scored` table).
+
+    `verify_ms` is the batch's verification time shared out per completion.
+    """
     references = dict(zip(train_tasks["task_id"], train_tasks["reference"].map(json.loads)))
     start = time.perf_counter()
-    rows = []
-    for task_id, completion in zip(rollouts["task_id"], rollouts["completion"]):
-        t0 = time.perf_counter()
-        score = env.score(completion, references[task_id])
-        rows.append((score.reward, score.correct, json.dumps(score.breakdown, sort_keys=True), score.status,
-                     1000 * (time.perf_counter() - t0)))
-    scored = rollouts.assign(**dict(zip(["reward", "correct", "reward_breakdown", "status", "verify_ms"], map(list, zip(*rows)))))
-    return scored, {"verify_seconds": time.perf_counter() - start}
+    scores, pool_stats = verify_batch(
+        get_domain(domain), list(rollouts["completion"]), [references[t] for t in rollouts["task_id"]], verify
+    )
+    seconds = time.perf_counter() - start
+    scored = rollouts.assign(
+        reward=[s.reward for s in scores],
+        correct=[s.correct for s in scores],
+        reward_breakdown=[json.dumps(s.breakdown, sort_keys=True) for s in scores],
+        status=[s.status for s in scores],
+        verify_ms=1000 * seconds / max(1, len(scores)),
+    )
+    return scored, {"verify_seconds": seconds, **{f"verify_{k}": v for k, v in pool_stats.items()}}
 
 
 def update(
     policy: Policy, scored: pd.DataFrame, validation_tasks: pd.DataFrame, rollout_stats: dict,
-    verify_stats: dict, domain: dict, rl: dict, evaluate: dict, reference: Policy | None = None, *,
+    verify_stats: dict, domain: dict, verify: dict, rl: dict, evaluate: dict, reference: Policy | None = None, *,
     round_index: int,
 ) -> tuple[Policy, dict, dict]:
     """One GRPO update on the round's scored rollouts, then the round's held-out accuracy.
@@ -108,7 +115,9 @@ def update(
     update_seconds = time.perf_counter() - start
     start = time.perf_counter()
     val_tasks = tasks_from_frame(validation_tasks)[: evaluate["validation_size"]]
-    val_accuracy = greedy_accuracy(policy, val_tasks, get_domain(domain), SamplingConfig(**evaluate["sampling"]))
+    val_accuracy = greedy_accuracy(
+        policy, val_tasks, get_domain(domain), verify, SamplingConfig(**evaluate["sampling"])
+    )
     by_status = scored["status"].value_counts()
     stats.update(
         round=round_index,

@@ -7,7 +7,7 @@ from kedro.pipeline import Node, Pipeline, pipeline
 
 from rlvr_factory.pipelines.rl.nodes import reference_model, rollout, summarize_rounds, update, verify
 
-PARAMETERS = {"params:domain", "params:rl", "params:evaluate"}
+PARAMETERS = {"params:domain", "params:verify", "params:rl", "params:evaluate"}
 
 # Rounds hand their policy and stats to the next block by namespaced names (`round_000.stats`);
 # Kedro warns about any dotted name outside a namespace, which here is the point.
@@ -25,11 +25,12 @@ def round_pipeline(round_index: int, with_reference: bool) -> Pipeline:
         [
             Node(_for_round(rollout, round_index), ["policy", "train_tasks", "params:rl"],
                  ["rollouts", "rollout_stats"], name="rollout"),
-            Node(verify, ["rollouts", "train_tasks", "params:domain"], ["scored", "verify_stats"], name="verify"),
+            Node(verify, ["rollouts", "train_tasks", "params:domain", "params:verify"], ["scored", "verify_stats"],
+                 name="verify"),
             Node(
                 _for_round(update, round_index),
                 ["policy", "scored", "validation_tasks", "rollout_stats", "verify_stats",
-                 "params:domain", "params:rl", "params:evaluate", *reference],
+                 "params:domain", "params:verify", "params:rl", "params:evaluate", *reference],
                 ["next_policy", "stats", "mlflow_metrics"],
                 name="update",
             ),
