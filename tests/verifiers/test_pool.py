@@ -392,7 +392,7 @@ def test_every_adversarial_input_is_judged_or_stopped_within_its_limit_and_leave
     assert scores[-1].correct
     assert not any(s.correct for s in scores[:-1])
     assert elapsed <= math.ceil(len(pairs) / workers) * (TIMEOUT + SLACK)
-    assert elapsed <= (stats["timeouts"] / workers + 2) * (TIMEOUT + SLACK)
+    assert elapsed <= (stats["timeouts"] / workers + 3) * (TIMEOUT + SLACK)  # + the quick ones, on 2 loaded cores
     assert children() == before
 
 

@@ -19,7 +19,10 @@ from rlvr_factory.training.lm import seed_everything
 from rlvr_factory.verification import verify_batch
 
 log = logging.getLogger(__name__)
-TIMING_KEYS = ("rollout_seconds", "verify_seconds", "update_seconds", "eval_seconds", "tokens_per_second")
+# Operational stats (wall-clock timings, the verifier pool's counters, which depend on what the
+# process verified before) go to MLflow but not into the reproducible round history.
+OPERATIONAL_KEYS = ("rollout_seconds", "update_seconds", "eval_seconds", "tokens_per_second")
+OPERATIONAL_PREFIX = "verify_"
 
 
 def round_seed(rl: dict, round_index: int) -> int:
@@ -143,5 +146,8 @@ def update(
 
 
 def summarize_rounds(*round_stats: dict) -> list[dict]:
-    """All rounds' stats in order, without wall-clock timings (so reruns compare byte for byte)."""
-    return [{k: v for k, v in s.items() if k not in TIMING_KEYS} for s in sorted(round_stats, key=lambda s: s["round"])]
+    """All rounds' stats in order, without operational stats (so reruns compare byte for byte)."""
+    return [
+        {k: v for k, v in s.items() if k not in OPERATIONAL_KEYS and not k.startswith(OPERATIONAL_PREFIX)}
+        for s in sorted(round_stats, key=lambda s: s["round"])
+    ]
