@@ -7,10 +7,10 @@ import pytest
 from rlvr_factory.domains import Task
 from rlvr_factory.domains.arithmetic import ArithmeticDomain
 from rlvr_factory.evaluation import evaluate_policy, greedy_accuracy, pass_at_k
-
-VERIFY = {"workers": 1, "timeout_seconds": 5.0, "max_input_chars": 100_000}
 from rlvr_factory.rollout.hf import SamplingConfig
 from tests.conftest import make_scripted_policy
+
+VERIFY = {"workers": 1, "timeout_seconds": 5.0, "max_input_chars": 100_000}
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from rlvr_factory.rl.advantages import grpo_advantages
+from rlvr_factory.rl.advantages import compute_advantages, grpo_advantages, reinforce_pp_advantages, rloo_advantages
 
 
 def test_single_group_is_centred_and_divided_by_the_unbiased_std():
@@ -60,3 +60,50 @@ def test_integer_rewards_give_float_advantages():
     advantages = grpo_advantages(torch.tensor([1, 0]), torch.tensor([0, 0]), scale_by_std=False)
     assert advantages.dtype == torch.float32
     assert advantages.tolist() == [0.5, -0.5]
+
+
+# RLOO, REINFORCE++ and the estimator switch
+
+
+def test_rloo_subtracts_the_mean_of_the_other_samples():
+    # rewards [1, 0, 0, 1]: the baseline of sample 0 is mean(0, 0, 1) = 1/3
+    advantages = rloo_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.zeros(4, dtype=torch.long))
+    assert advantages.tolist() == pytest.approx([2 / 3, -2 / 3, -2 / 3, 2 / 3])
+
+
+def test_rloo_gives_a_group_of_one_and_an_all_equal_group_zero():
+    advantages = rloo_advantages(torch.tensor([1.0, 0.5, 0.5, 0.5]), torch.tensor([7, 3, 3, 3]))
+    assert advantages.tolist() == [0.0, 0.0, 0.0, 0.0]
+
+
+def test_reinforce_pp_normalises_over_the_whole_batch_after_the_group_baseline():
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    groups = torch.tensor([0, 0, 1, 1])
+    centred = torch.tensor([0.5, -0.5, 0.0, 0.0])  # group 1 is all-equal
+    expected = centred / (centred.std() + 1e-6)
+    assert reinforce_pp_advantages(rewards, groups).tolist() == pytest.approx(expected.tolist())
+
+
+def test_reinforce_pp_without_group_baseline_centres_on_the_batch_mean():
+    rewards = torch.tensor([3.0, 1.0, 2.0])
+    advantages = reinforce_pp_advantages(rewards, torch.tensor([0, 1, 2]), group_baseline=False)
+    assert advantages.tolist() == pytest.approx([1.0, -1.0, 0.0], abs=1e-5)
+
+
+def test_reinforce_pp_of_a_uniform_batch_or_a_single_sample_is_zero():
+    assert reinforce_pp_advantages(torch.tensor([1.0, 1.0]), torch.tensor([0, 1])).tolist() == [0.0, 0.0]
+    assert reinforce_pp_advantages(torch.tensor([1.0]), torch.tensor([0]), group_baseline=False).tolist() == [0.0]
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("grpo", [0.7071, -0.7071]), ("dr_grpo", [0.5, -0.5]), ("rloo", [1.0, -1.0]), ("reinforce_pp", [0.7071, -0.7071])],
+)
+def test_compute_advantages_selects_the_estimator_by_name(name, expected):
+    advantages = compute_advantages(name, torch.tensor([1.0, 0.0]), torch.tensor([0, 0]))
+    assert advantages.tolist() == pytest.approx(expected, abs=1e-4)
+
+
+def test_an_unknown_estimator_is_refused_by_name():
+    with pytest.raises(ValueError, match="rloo"):
+        compute_advantages("ppo", torch.tensor([1.0]), torch.tensor([0]))

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from rlvr_factory.rl.losses import clipped_policy_loss, masked_mean
+from rlvr_factory.rl.losses import aggregate_loss, clipped_policy_loss, masked_mean
 
 
 def one_token(ratio: float, advantage: float, **clip):
@@ -117,3 +117,56 @@ def test_masked_mean_of_an_empty_mask_is_zero():
 
 def test_masked_mean_accepts_a_boolean_mask():
     assert masked_mean(torch.tensor([1.0, 3.0, 8.0]), torch.tensor([True, True, False])).item() == 2.0
+
+
+# Loss aggregation modes and dual-clip
+
+TOKEN_LOSS = torch.tensor([[1.0, 3.0, 0.0, 0.0], [2.0, 2.0, 2.0, 6.0]])
+TOKEN_MASK = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
+
+
+def test_token_mean_weighs_every_unmasked_token_equally():
+    assert aggregate_loss(TOKEN_LOSS, TOKEN_MASK, "token-mean").item() == pytest.approx(16 / 6)
+
+
+def test_seq_mean_token_mean_averages_each_sequence_first():
+    assert aggregate_loss(TOKEN_LOSS, TOKEN_MASK, "seq-mean-token-mean").item() == pytest.approx((2 + 3) / 2)
+
+
+def test_seq_mean_token_sum_norm_divides_each_sum_by_a_constant_length():
+    assert aggregate_loss(TOKEN_LOSS, TOKEN_MASK, "seq-mean-token-sum-norm").item() == pytest.approx((4 / 4 + 12 / 4) / 2)
+    assert aggregate_loss(TOKEN_LOSS, TOKEN_MASK, "seq-mean-token-sum-norm", norm_length=8).item() == pytest.approx(
+        (4 / 8 + 12 / 8) / 2
+    )
+
+
+@pytest.mark.parametrize("mode", ["seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_fully_masked_rows_are_left_out_of_sequence_means(mode):
+    loss = torch.tensor([[5.0, 5.0], [9.0, 9.0]])
+    mask = torch.tensor([[1, 1], [0, 0]])
+    assert aggregate_loss(loss, mask, mode).item() == pytest.approx(5.0)  # (5 + 5) / 2 both ways
+
+
+def test_an_unknown_aggregation_is_refused():
+    with pytest.raises(ValueError, match="token-mean"):
+        aggregate_loss(TOKEN_LOSS, TOKEN_MASK, "sum")
+
+
+def test_dual_clip_caps_the_loss_of_a_bad_action_with_a_huge_ratio():
+    logp, old = torch.tensor([[math.log(10.0)]]), torch.zeros(1, 1)  # ratio 10
+    mask = torch.ones(1, 1)
+    plain, _ = clipped_policy_loss(logp, old, torch.tensor([-1.0]), mask)
+    capped, _ = clipped_policy_loss(logp, old, torch.tensor([-1.0]), mask, dual_clip=3.0)
+    assert plain.item() == pytest.approx(10.0)  # -min(10 * -1, 1.2 * -1)
+    assert capped.item() == pytest.approx(3.0)  # min(10, 3 * 1)
+
+
+def test_dual_clip_leaves_positive_advantages_alone():
+    logp, old = torch.tensor([[math.log(10.0)]]), torch.zeros(1, 1)
+    loss, _ = clipped_policy_loss(logp, old, torch.tensor([2.0]), torch.ones(1, 1), dual_clip=3.0)
+    assert loss.item() == pytest.approx(-1.2 * 2.0)
+
+
+def test_dual_clip_must_exceed_one():
+    with pytest.raises(ValueError, match="dual_clip"):
+        clipped_policy_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.tensor([1.0]), torch.ones(1, 1), dual_clip=1.0)

@@ -82,7 +82,7 @@ def test_stats_report_the_steps_and_the_advantage_scale(tiny_policy, contrast):
 
 
 def test_dr_grpo_advantages_are_not_scaled(tiny_policy, contrast):
-    stats = rl_update(tiny_policy, contrast[3], UpdateConfig(scale_by_std=False))
+    stats = rl_update(tiny_policy, contrast[3], UpdateConfig(advantage_estimator="dr_grpo"))
     assert stats["advantage_abs_mean"] == pytest.approx(0.5)
 
 

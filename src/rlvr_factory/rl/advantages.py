@@ -24,3 +24,58 @@ def grpo_advantages(
         centred = group - group.mean()
         advantages[idx] = centred / (group.std() + eps) if scale_by_std else centred
     return advantages
+
+
+def rloo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """REINFORCE leave-one-out (Kool et al. 2019; Ahmadian et al. 2024, Eq. 6).
+
+    A_i = r_i - mean_{j != i} r_j over the samples of the same prompt, which equals
+    G / (G - 1) * (r_i - mean(r_group)). A group of one has no baseline and gets 0.
+    """
+    rewards = rewards.float()
+    advantages = torch.zeros_like(rewards)
+    for gid in torch.unique(group_ids):
+        idx = group_ids == gid
+        size = int(idx.sum())
+        if size >= 2:
+            group = rewards[idx]
+            advantages[idx] = (group - group.mean()) * size / (size - 1)
+    return advantages
+
+
+def reinforce_pp_advantages(
+    rewards: torch.Tensor, group_ids: torch.Tensor, group_baseline: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
+    """REINFORCE++ (Hu 2025, Eq. 8): advantages normalised over the whole batch.
+
+    A = (r - b) / (std_batch(r - b) + eps), with b the group mean (the "REINFORCE++-baseline"
+    variant, default) or the batch mean (`group_baseline=False`). A batch whose centred
+    rewards are all zero gets 0.
+    """
+    rewards = rewards.float()
+    if group_baseline:
+        centred = torch.zeros_like(rewards)
+        for gid in torch.unique(group_ids):
+            idx = group_ids == gid
+            centred[idx] = rewards[idx] - rewards[idx].mean()
+    else:
+        centred = rewards - rewards.mean()
+    if centred.numel() < 2 or bool((centred == 0).all()):
+        return torch.zeros_like(rewards)
+    return centred / (centred.std() + eps)
+
+
+ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp")
+
+
+def compute_advantages(estimator: str, rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """Advantages by name: `grpo`, `dr_grpo` (no std division), `rloo` or `reinforce_pp`."""
+    if estimator == "grpo":
+        return grpo_advantages(rewards, group_ids, scale_by_std=True)
+    if estimator == "dr_grpo":
+        return grpo_advantages(rewards, group_ids, scale_by_std=False)
+    if estimator == "rloo":
+        return rloo_advantages(rewards, group_ids)
+    if estimator == "reinforce_pp":
+        return reinforce_pp_advantages(rewards, group_ids)
+    raise ValueError(f"advantage estimator must be one of {ESTIMATORS}, got {estimator!r}")

@@ -11,6 +11,34 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(keep, values, torch.zeros_like(values)).sum() / keep.sum().clamp(min=1)
 
 
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def aggregate_loss(
+    token_loss: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean", norm_length: int | None = None
+) -> torch.Tensor:
+    """Reduce a (batch, time) loss to a scalar over the positions where `mask` is 1.
+
+    `token-mean`: every token of the batch weighs the same (DAPO, Yu et al. 2025, Eq. 12).
+    `seq-mean-token-mean`: mean per sequence, then over sequences (GRPO, Shao et al. 2024, Eq. 3).
+    `seq-mean-token-sum-norm`: sum per sequence over a constant `norm_length` (default: the
+    batch width), then mean over sequences; no length bias (Dr. GRPO, Liu et al. 2025, Eq. 2).
+    Rows with no unmasked token are left out of the sequence means.
+    """
+    keep = mask.bool()
+    values = torch.where(keep, token_loss, torch.zeros_like(token_loss))
+    if mode == "token-mean":
+        return values.sum() / keep.sum().clamp(min=1)
+    rows = keep.any(dim=-1)
+    if mode == "seq-mean-token-mean":
+        per_seq = values.sum(-1) / keep.sum(-1).clamp(min=1)
+    elif mode == "seq-mean-token-sum-norm":
+        per_seq = values.sum(-1) / (norm_length or token_loss.shape[-1])
+    else:
+        raise ValueError(f"loss aggregation must be one of {AGGREGATIONS}, got {mode!r}")
+    return per_seq[rows].sum() / rows.sum().clamp(min=1)
+
+
 def clipped_policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -18,17 +46,25 @@ def clipped_policy_loss(
     mask: torch.Tensor,
     clip_low: float = 0.2,
     clip_high: float = 0.2,
+    dual_clip: float | None = None,
+    aggregation: str = "token-mean",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO's clipped surrogate (Schulman et al. 2017, Eq. 7), token-mean aggregated.
+    """PPO's clipped surrogate (Schulman et al. 2017, Eq. 7), aggregated by `aggregation`.
 
-    L = -mean_t min(rho_t A, clip(rho_t, 1 - clip_low, 1 + clip_high) A), with
+    L_t = -min(rho_t A, clip(rho_t, 1 - clip_low, 1 + clip_high) A), with
     rho_t = exp(logp_t - old_logp_t) and the sequence's advantage A broadcast over its
-    tokens. Separate bounds allow DAPO's clip-higher. Returns (loss, clipped fraction).
+    tokens. Separate bounds allow DAPO's clip-higher. With `dual_clip = c > 1`, tokens with
+    A < 0 have their loss capped at -c A (dual-clip PPO, Ye et al. 2020, Eq. 5), so a huge
+    ratio on a bad action cannot blow the update up. Returns (loss, clipped token fraction).
     """
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
     adv = advantages.unsqueeze(-1) if advantages.dim() == logp.dim() - 1 else advantages
     ratio = torch.exp(logp - old_logp)
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
-    loss = masked_mean(-torch.minimum(unclipped, clipped), mask)
+    token_loss = -torch.minimum(unclipped, clipped)
+    if dual_clip is not None:
+        token_loss = torch.where(adv < 0, torch.minimum(token_loss, -dual_clip * adv), token_loss)
     clip_fraction = masked_mean((clipped < unclipped).float(), mask)
-    return loss, clip_fraction
+    return aggregate_loss(token_loss, mask, aggregation), clip_fraction

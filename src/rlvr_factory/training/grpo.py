@@ -1,4 +1,4 @@
-"""One RL update round: GRPO advantages, then PPO-clipped policy-gradient steps.
+"""One RL update round: group-relative advantages, then PPO-clipped policy-gradient steps.
 
 Old log-probabilities are computed once per round; the round's samples are then swept
 in shuffled minibatches for `epochs` passes. The optimizer's moments persist across
@@ -14,7 +14,7 @@ from typing import Sequence
 import torch
 
 from rlvr_factory.models.policy import Policy
-from rlvr_factory.rl.advantages import grpo_advantages
+from rlvr_factory.rl.advantages import compute_advantages
 from rlvr_factory.rl.kl import kl_penalty
 from rlvr_factory.rl.losses import clipped_policy_loss, masked_mean
 from rlvr_factory.training.lm import join_prompt_completion, make_optimizer, minibatches, token_logprobs
@@ -30,7 +30,9 @@ class UpdateConfig:
     minibatch_size: int = 128  # samples per optimizer step
     clip_low: float = 0.2  # PPO ratio clip below 1
     clip_high: float = 0.2  # PPO ratio clip above 1 (DAPO clip-higher when larger)
-    scale_by_std: bool = True  # GRPO (True) or Dr. GRPO (False) advantages
+    advantage_estimator: str = "grpo"  # grpo | dr_grpo | rloo | reinforce_pp
+    loss_aggregation: str = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum-norm
+    dual_clip: float | None = None  # cap on the loss of negative-advantage tokens (e.g. 3.0); None: off
     kl_coef: float = 0.0  # weight of the KL-to-reference term in the loss; 0 disables it
     kl_kind: str = "k3"  # KL estimator: k1 | k2 | k3
     entropy_coef: float = 0.0  # entropy bonus weight
@@ -71,10 +73,10 @@ def rl_update(
         raise ValueError("kl_coef > 0 needs a reference model")
     model, device, pad_id = policy.model, policy.device, policy.tokenizer.pad_token_id
     groups = {g: i for i, g in enumerate(dict.fromkeys(s.group for s in samples))}
-    advantages = grpo_advantages(
+    advantages = compute_advantages(
+        config.advantage_estimator,
         torch.tensor([s.reward for s in samples]),
         torch.tensor([groups[s.group] for s in samples]),
-        scale_by_std=config.scale_by_std,
     )
     old_logp = _logprobs(model, samples, pad_id, device, config.minibatch_size)
     ref_logp = _logprobs(reference, samples, pad_id, device, config.minibatch_size) if config.kl_coef > 0 else None
@@ -99,7 +101,8 @@ def rl_update(
             width = ids.shape[1]
             old = _pad_rows([old_logp[i] for i in idx], width).to(device)
             loss, clip_fraction = clipped_policy_loss(
-                logp, old, advantages[idx].to(device), cmask, config.clip_low, config.clip_high
+                logp, old, advantages[idx].to(device), cmask, config.clip_low, config.clip_high,
+                config.dual_clip, config.loss_aggregation,
             )
             mean_entropy = masked_mean(entropy, cmask)
             drift = masked_mean(kl_penalty(logp.detach(), old, "k3"), cmask)
