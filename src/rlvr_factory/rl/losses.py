@@ -25,10 +25,10 @@ def aggregate_loss(
     batch width), then mean over sequences; no length bias (Dr. GRPO, Liu et al. 2025, Eq. 2).
     Rows with no unmasked token are left out of the sequence means.
     """
+    if mode == "token-mean":
+        return masked_mean(token_loss, mask)
     keep = mask.bool()
     values = torch.where(keep, token_loss, torch.zeros_like(token_loss))
-    if mode == "token-mean":
-        return values.sum() / keep.sum().clamp(min=1)
     rows = keep.any(dim=-1)
     if mode == "seq-mean-token-mean":
         per_seq = values.sum(-1) / keep.sum(-1).clamp(min=1)

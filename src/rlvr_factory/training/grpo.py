@@ -17,7 +17,7 @@ from rlvr_factory.models.policy import Policy
 from rlvr_factory.rl.advantages import compute_advantages
 from rlvr_factory.rl.kl import kl_penalty
 from rlvr_factory.rl.losses import clipped_policy_loss, masked_mean
-from rlvr_factory.training.lm import join_prompt_completion, make_optimizer, minibatches, token_logprobs
+from rlvr_factory.training.lm import join_prompt_completion, lr_factor, make_optimizer, minibatches, token_logprobs
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def rl_update(
                 kl = masked_mean(kl_penalty(logp, ref, config.kl_kind), cmask)
             total = loss + config.kl_coef * kl - config.entropy_coef * mean_entropy
             for group in optimizer.param_groups:
-                group["lr"] = config.lr * min(1.0, (global_step + 1) / max(1, config.warmup_steps))
+                group["lr"] = config.lr * lr_factor("constant", global_step, config.warmup_steps, 0)
             global_step += 1
             optimizer.zero_grad(set_to_none=True)
             total.backward()

@@ -72,24 +72,30 @@ def make_optimizer(
     return torch.optim.AdamW(groups, lr=lr, betas=betas)
 
 
+SCHEDULES = ("cosine", "linear", "constant")
+
+
+def lr_factor(kind: str, step: int, warmup_steps: int, total_steps: int) -> float:
+    """The LR multiplier at `step`: linear warm-up, then `cosine` decay to 10% at `total_steps`,
+    `linear` decay to 0, or `constant`."""
+    if kind not in SCHEDULES:
+        raise ValueError(f"lr schedule must be cosine, linear or constant, got {kind!r}")
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    if kind == "cosine":
+        return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
+    if kind == "linear":
+        return 1.0 - progress
+    return 1.0
+
+
 def lr_schedule(
     optimizer: torch.optim.Optimizer, kind: str, warmup_steps: int, total_steps: int
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """Linear warm-up, then `cosine` decay to 10%, `linear` decay to 0, or `constant`."""
-    if kind not in ("cosine", "linear", "constant"):
-        raise ValueError(f"lr schedule must be cosine, linear or constant, got {kind!r}")
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-        if kind == "cosine":
-            return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
-        if kind == "linear":
-            return 1.0 - progress
-        return 1.0
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    """A per-step scheduler following `lr_factor`."""
+    lr_factor(kind, 0, warmup_steps, total_steps)  # refuse an unknown kind now, not at the first step
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(kind, step, warmup_steps, total_steps))
 
 
 def minibatches(n: int, size: int, rng: random.Random) -> Iterator[list[int]]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import logging
 import random
 import time
@@ -15,7 +14,7 @@ from rlvr_factory.evaluation import greedy_accuracy
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.rollout.hf import SamplingConfig, generate
 from rlvr_factory.training.grpo import Sample, UpdateConfig, rl_update
-from rlvr_factory.training.lm import seed_everything
+from rlvr_factory.training.lm import lr_factor, seed_everything
 from rlvr_factory.verification import verify_batch
 
 log = logging.getLogger(__name__)
@@ -31,14 +30,8 @@ def round_seed(rl: dict, round_index: int) -> int:
 
 
 def round_lr(rl: dict, round_index: int) -> float:
-    """`rl.update.lr`, decayed over the rounds by `rl.lr_schedule` (cosine to 10%, or constant)."""
-    kind, lr = rl["lr_schedule"], rl["update"]["lr"]
-    if kind == "constant":
-        return lr
-    if kind == "cosine":
-        progress = round_index / max(1, rl["rounds"] - 1)
-        return lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
-    raise ValueError(f"rl.lr_schedule must be cosine or constant, got {kind!r}")
+    """`rl.update.lr`, decayed over the rounds by `rl.lr_schedule` (cosine, linear or constant)."""
+    return rl["update"]["lr"] * lr_factor(rl["lr_schedule"], round_index, 0, rl["rounds"] - 1)
 
 
 def reference_model(sft_policy: Policy) -> Policy:
