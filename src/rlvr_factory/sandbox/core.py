@@ -1,0 +1,291 @@
+"""One sandbox: a long-lived agent in its own isolated environment that runs commands and programs.
+
+    with Sandbox() as box:                                  # bubblewrap, default limits
+        result = box.run(["python3", "-c", "print(1 + 1)"])  # a fresh process, killed at the deadline
+        with box.load("def f(x):\n    return x * 2") as program:
+            program.call("f", 21)                           # 42: the call runs in the sandbox
+        saved = box.snapshot(); ...; box.restore(saved)
+
+Each run or program is a fresh child of the agent; when it ends, every process in the sandbox
+is killed and the workspace is reset (to the last `restore(..., as_base=True)`, else empty), so
+one sandbox serves many runs without their leaking into each other.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import tarfile
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from rlvr_factory.sandbox.agent import ProtocolError, Remote, dumps, safe_loads
+from rlvr_factory.sandbox.backends import (
+    DEFAULT_BACKEND,
+    Backend,
+    SandboxError,
+    SandboxStartError,
+    Transport,
+    agent_environment,
+    make_backend,
+)
+from rlvr_factory.sandbox.limits import Limits, RunResult
+
+logger = logging.getLogger(__name__)
+
+GRACE_S = 5.0  # how long past a run's deadline the host waits for the agent before calling it lost
+START_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The files of a workspace at one moment (a tar archive)."""
+
+    data: bytes
+
+    def files(self) -> list[str]:
+        """The archive's member names, sorted."""
+        with tarfile.open(fileobj=io.BytesIO(self.data)) as tar:
+            return sorted(tar.getnames())
+
+
+class CandidateError(Exception):
+    """A call into the sandboxed program raised; `kind` is the nearest builtin exception's name."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind, self.message = kind, message
+
+
+class ProgramEnded(Exception):
+    """The sandboxed program is gone: it exited, was killed, or ran past its deadline (`timed_out`)."""
+
+    def __init__(self, result: RunResult) -> None:
+        what = "ran past its deadline" if result.timed_out else f"exited with code {result.exit_code}"
+        super().__init__(f"the program {what}")
+        self.result = result
+
+
+class Sandbox:
+    """An isolated environment with a workspace, driven through its agent; see the module docstring."""
+
+    def __init__(
+        self,
+        backend: str | Backend = DEFAULT_BACKEND,
+        limits: Limits | dict | None = None,
+        workspace_mb: int = 64,
+        **backend_options: Any,
+    ) -> None:
+        self.backend = make_backend(backend, **backend_options) if isinstance(backend, str) else backend
+        self.limits = Limits.of(limits)
+        self.workspace_mb = workspace_mb
+        self._transport: Transport | None = None
+        self._program: Program | None = None
+        self.starts = 0
+
+    @property
+    def backend_name(self) -> str:
+        return self.backend.name
+
+    @property
+    def alive(self) -> bool:
+        return self._transport is not None
+
+    def __enter__(self) -> Sandbox:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Start the agent (no-op when running); SandboxStartError says why it could not."""
+        if self._transport is not None:
+            return
+        transport, config = self.backend.launch(self.workspace_mb)
+        try:
+            transport.send(dumps(config))
+            frame = transport.recv(time.monotonic() + START_TIMEOUT_S)
+            ready = safe_loads(frame) if frame is not None else None
+        except (OSError, TimeoutError, ProtocolError) as e:
+            ready, problem = None, f"{type(e).__name__}: {e}"
+        else:
+            problem = ""
+        if not (isinstance(ready, tuple) and ready and ready[0] == "ready"):
+            problem = problem or transport.diagnostics()
+            transport.close()
+            self.backend.release()
+            raise SandboxStartError(f"the {self.backend.name} sandbox did not start ({problem})")
+        self._transport = transport
+        self.starts += 1
+
+    def close(self) -> None:
+        """Stop the agent and everything in the sandbox."""
+        transport, self._transport = self._transport, None
+        self._program = None
+        if transport is not None:
+            transport.close()
+            self.backend.release()
+
+    def request(self, message: tuple, timeout_s: float) -> tuple:
+        """Send one command and wait for its answer; SandboxError (and the sandbox closed) if it fails."""
+        if self._transport is None:
+            self.start()
+        try:
+            self._transport.send(dumps(message))
+            frame = self._transport.recv(time.monotonic() + timeout_s)
+            if frame is None:
+                raise SandboxError(f"the sandbox agent exited ({self._transport.diagnostics()})")
+            reply = safe_loads(frame)
+            if not isinstance(reply, tuple) or not reply or not isinstance(reply[0], str):
+                raise ProtocolError(f"malformed reply {reply!r:.100}")
+            return reply
+        except (OSError, TimeoutError, ProtocolError, SandboxError) as e:
+            self.close()
+            if isinstance(e, SandboxError):
+                raise
+            raise SandboxError(f"the sandbox broke during {message[0]!r}: {type(e).__name__}: {e}") from e
+
+    def _result(self, info: dict) -> RunResult:
+        if not isinstance(info, dict):
+            raise SandboxError("the agent sent a malformed run result")
+        return RunResult(
+            exit_code=info.get("exit_code"), stdout=bytes(info.get("stdout", b"")),
+            stderr=bytes(info.get("stderr", b"")), timed_out=bool(info.get("timed_out")),
+            wall_s=float(info.get("wall_s", 0.0)), backend=self.backend.name,
+            output_truncated=bool(info.get("output_truncated")),
+        )
+
+    def run(
+        self, argv: Sequence[str], stdin: bytes = b"", env: dict[str, str] | None = None,
+        limits: Limits | dict | None = None,
+    ) -> RunResult:
+        """Run a command in the workspace to completion (or its deadline) and reset the workspace."""
+        if not argv:
+            raise ValueError("argv must name a command")
+        self._end_program()
+        run_limits = Limits.of(limits or self.limits)
+        environment = {**agent_environment(), **(env or {})}
+        reply = self.request(("exec", list(argv), bytes(stdin), environment, run_limits.as_dict()),
+                             run_limits.timeout_s + GRACE_S)
+        return self._result(reply[1])
+
+    def load(self, source: str, limits: Limits | dict | None = None) -> Program:
+        """Start a Python program in a fresh child; its functions are then called through `Program.call`."""
+        self._end_program()
+        run_limits = Limits.of(limits or self.limits)
+        started = time.monotonic()
+        reply = self.request(("load", source, run_limits.as_dict()), run_limits.timeout_s + GRACE_S)
+        program = Program(self, started + run_limits.timeout_s + GRACE_S)
+        if reply[0] == "loaded":
+            pass
+        elif reply[0] == "load_error":
+            program.load_error = (str(reply[1]), str(reply[2]))
+        elif reply[0] in ("dead", "timeout"):
+            program.ended = self._result(reply[1])
+        else:
+            self.close()
+            raise SandboxError(f"unexpected reply {reply[0]!r} to load")
+        self._program = program
+        return program
+
+    def _end_program(self) -> None:
+        if self._program is not None:
+            self._program.stop()
+
+    def snapshot(self) -> Snapshot:
+        """The workspace's files now."""
+        self._end_program()
+        return Snapshot(bytes(self.request(("snapshot",), START_TIMEOUT_S)[1]))
+
+    def restore(self, snapshot: Snapshot, as_base: bool = False) -> None:
+        """Replace the workspace with a snapshot; `as_base` also makes it what every later run starts from."""
+        self._end_program()
+        self.request(("restore", snapshot.data, as_base), START_TIMEOUT_S)
+
+    def reset(self) -> None:
+        """Return the workspace to its base (empty unless a snapshot was restored `as_base`)."""
+        self._end_program()
+        self.request(("reset",), START_TIMEOUT_S)
+
+
+class Program:
+    """A Python program loaded in a sandbox: call its functions, then stop it (a context manager).
+
+    Arguments and return values cross the boundary as plain values (None, bool, int, float,
+    complex, str, bytes, containers of them, Decimal, Fraction, a few `collections` types);
+    other objects stay in the sandbox and come back as `Remote` references. Lists, dicts and
+    sets passed as arguments get the program's in-place changes copied back.
+    """
+
+    def __init__(self, sandbox: Sandbox, host_deadline: float) -> None:
+        self.sandbox = sandbox
+        self.host_deadline = host_deadline
+        self.load_error: tuple[str, str] | None = None
+        self.ended: RunResult | None = None
+        self.calls = 0
+
+    def __enter__(self) -> Program:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Call `name(*args, **kwargs)` in the sandbox; CandidateError if it raised, ProgramEnded if gone."""
+        if self.ended is not None:
+            raise ProgramEnded(self.ended)
+        if self.load_error is not None:
+            raise CandidateError(*self.load_error)
+        self.calls += 1
+        try:
+            payload = dumps((name, args, kwargs))
+        except Exception as e:  # noqa: BLE001 - an argument the wire cannot carry
+            raise TypeError(f"cannot pass {name}'s arguments into the sandbox: {e}") from e
+        reply = self.sandbox.request(("call", payload), max(0.1, self.host_deadline - time.monotonic()))
+        if reply[0] in ("dead", "timeout"):
+            self.ended = self.sandbox._result(reply[1])
+            self.sandbox._program = None
+            raise ProgramEnded(self.ended)
+        if reply[0] != "reply" or len(reply) != 2 or not isinstance(reply[1], bytes):
+            self.sandbox.close()
+            raise SandboxError(f"unexpected reply {reply[0]!r} to a call")
+        try:
+            answer = safe_loads(reply[1])
+        except ProtocolError as e:
+            raise CandidateError("TypeError", f"the program answered with something that is not a plain value ({e})") from None
+        if type(answer) is tuple and len(answer) == 3 and answer[0] == "return":
+            _copy_back(args, answer[2])
+            return answer[1]
+        if type(answer) is tuple and len(answer) == 3 and answer[0] == "raise" and all(type(a) is str for a in answer):
+            raise CandidateError(answer[1], answer[2])
+        raise CandidateError("TypeError", "the program answered with a malformed reply")
+
+    def stop(self) -> RunResult:
+        """Kill the program and everything it started; its exit status and output."""
+        if self.ended is None:
+            reply = self.sandbox.request(("stop",), START_TIMEOUT_S)
+            self.ended = self.sandbox._result(reply[1])
+            if self.sandbox._program is self:
+                self.sandbox._program = None
+        return self.ended
+
+
+def _copy_back(sent: tuple, returned: Any) -> None:
+    """Apply the program's in-place changes to list, dict and set arguments."""
+    if type(returned) is not tuple or len(returned) != len(sent):
+        return
+    for original, after in zip(sent, returned):
+        if type(original) is list and type(after) is list:
+            original[:] = after
+        elif type(original) is dict and type(after) is dict:
+            original.clear()
+            original.update(after)
+        elif type(original) is set and type(after) is set:
+            original.clear()
+            original.update(after)
+
+
+__all__ = ["CandidateError", "Program", "ProgramEnded", "Remote", "Sandbox", "SandboxError",
+           "SandboxStartError", "Snapshot"]
