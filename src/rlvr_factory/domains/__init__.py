@@ -6,9 +6,11 @@ from typing import Any, Callable, Mapping
 
 from rlvr_factory.domains.arithmetic import ArithmeticDomain
 from rlvr_factory.domains.base import Domain, Task, tasks_from_frame, tasks_to_frame
+from rlvr_factory.domains.code import CodeDomain
 from rlvr_factory.verifiers.score import Score
 
 DOMAINS: dict[str, Callable[..., Domain]] = {"arithmetic": ArithmeticDomain}
+DOMAINS["code"] = CodeDomain
 
 
 def get_domain(params: Mapping[str, Any]) -> Domain:
