@@ -41,7 +41,6 @@ import types
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # a longer frame means a broken or hostile peer
 _HEADER = struct.Struct("!I")
 _PR_SET_DUMPABLE = 4  # linux/prctl.h
-_PR_SET_PDEATHSIG = 1
 
 
 class ProtocolError(Exception):
@@ -313,6 +312,7 @@ class Agent:
         self.workspace = config["workspace"]
         self.scratch = [p for p in config["scratch"] if os.path.isdir(p)]
         self.pid1 = os.getpid() == 1
+        self.reset_after_run = bool(config.get("reset_after_run", True))
         self.base: bytes | None = None
         self.child: int | None = None
         self.captures: list[_Capture] = []
@@ -403,6 +403,7 @@ class Agent:
 
     def _cmd_reset(self):
         self._finish(False)
+        self._restore_base()
         return ("restored",)
 
     # -- children ------------------------------------------------------------------------------
@@ -533,10 +534,14 @@ class Agent:
             "wall_s": time.monotonic() - self.started,
             "note": note,
         }
+        if self.reset_after_run:
+            self._restore_base()
+        return info
+
+    def _restore_base(self) -> None:
         self._wipe()
         if self.base is not None:
             self._unpack(self.base)
-        return info
 
     def _kill_all(self, pid: int | None = None) -> None:
         """Kill every process of the sandbox but this one (PID 1); outside a PID namespace, the child's session.
@@ -594,7 +599,11 @@ def _force_remove(function, path, _exc_info) -> None:
 
 
 def _become(config: dict) -> None:
-    """Drop to the sandbox user (when started as root), then refuse ptrace and /proc access from others."""
+    """Drop to the sandbox user (when started as root), then refuse ptrace and /proc access from others.
+
+    The agent dies with its host through its stdin: the host's end closing (the host exiting
+    or being killed) is end of file, which the agent watches even while a run is on.
+    """
     uid = config.get("uid")
     if uid is not None and os.getuid() == 0:
         for path in [config["workspace"], *config["scratch"]]:
@@ -606,8 +615,6 @@ def _become(config: dict) -> None:
         os.setuid(uid)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-    if config.get("die_with_parent"):
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(signum, signal.SIG_DFL)
 

@@ -8,7 +8,9 @@
 
 Each run or program is a fresh child of the agent; when it ends, every process in the sandbox
 is killed and the workspace is reset (to the last `restore(..., as_base=True)`, else empty), so
-one sandbox serves many runs without their leaking into each other.
+one sandbox serves many runs without their leaking into each other. With `persist_workspace`,
+files stay between runs instead, and `snapshot` / `restore` / `reset` step a multi-step
+environment back cheaply.
 """
 
 from __future__ import annotations
@@ -75,11 +77,13 @@ class Sandbox:
         backend: str | Backend = DEFAULT_BACKEND,
         limits: Limits | dict | None = None,
         workspace_mb: int = 64,
+        persist_workspace: bool = False,
         **backend_options: Any,
     ) -> None:
         self.backend = make_backend(backend, **backend_options) if isinstance(backend, str) else backend
         self.limits = Limits.of(limits)
-        self.workspace_mb = workspace_mb
+        self.workspace_mb = workspace_mb  # size of the tmpfs workspace (bubblewrap, docker)
+        self.persist_workspace = persist_workspace  # keep files between runs (a multi-step environment)
         self._transport: Transport | None = None
         self._program: Program | None = None
         self.starts = 0
@@ -91,6 +95,12 @@ class Sandbox:
     @property
     def alive(self) -> bool:
         return self._transport is not None
+
+    @property
+    def host_pid(self) -> int | None:
+        """The host pid of the process that holds the sandbox (bwrap, or the agent itself), if local."""
+        process = getattr(self._transport, "process", None)
+        return process.pid if process is not None else None
 
     def __enter__(self) -> Sandbox:
         self.start()
@@ -105,7 +115,7 @@ class Sandbox:
             return
         transport, config = self.backend.launch(self.workspace_mb)
         try:
-            transport.send(dumps(config))
+            transport.send(dumps({**config, "reset_after_run": not self.persist_workspace}))
             frame = transport.recv(time.monotonic() + START_TIMEOUT_S)
             ready = safe_loads(frame) if frame is not None else None
         except (OSError, TimeoutError, ProtocolError) as e:

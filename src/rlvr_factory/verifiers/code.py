@@ -194,6 +194,14 @@ def hack_signs(program: str) -> list[str]:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     signs: set[str] = set()
+    modules = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    modules |= {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    for node in ast.walk(tree):  # monkeypatching: assigning into an imported module or sys.modules
+        for target in getattr(node, "targets", [getattr(node, "target", None)]) if isinstance(
+                node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) else []:
+            root = _dotted(target.value if isinstance(target, ast.Subscript) else target)
+            if isinstance(target, (ast.Attribute, ast.Subscript)) and root.split(".")[0] in modules:
+                signs.add(f"patch:{root}")
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and _dotted(node.func) in _SUSPECT_CALLS:
             signs.add(f"call:{_dotted(node.func)}")

@@ -1,0 +1,31 @@
+"""Host process helpers for the sandbox tests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid` on the host (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` is running (not gone, not a zombie)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
