@@ -53,3 +53,59 @@ def test_bad_arguments_are_refused_with_a_usage_message(tmp_path):
     result, _ = _run(tmp_path, ["{}"], "--workers", "0")
     assert result.returncode == 2
     assert "--workers must be >= 1" in result.stderr
+
+
+# `rlvr verify --domain code` and `rlvr sandbox run`
+
+HUMANEVAL = {"format": "humaneval", "prompt": 'def inc(x):\n    """Add one."""\n',
+             "test": "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(-1) == 0\n", "entry_point": "inc"}
+MBPP = {"format": "mbpp", "test_list": ["assert double(2) == 4", "assert double(0) == 0"], "test_imports": []}
+
+
+def _verify_code(tmp_path: Path, rows: list[dict], *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    src, dst = tmp_path / "code.jsonl", tmp_path / "code-out.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = subprocess.run(
+        [str(RLVR), "verify", "--domain", "code", "--input", str(src), "--output", str(dst), *args],
+        capture_output=True, text=True, timeout=300,
+    )
+    return result, [json.loads(line) for line in dst.read_text().splitlines()] if dst.exists() else []
+
+
+def test_code_rows_are_run_in_the_sandbox_in_input_order(tmp_path):
+    rows = [
+        {"id": "a", "completion": "    return x + 1\n", "reference": HUMANEVAL},
+        {"id": "b", "completion": "```python\ndef double(x):\n    return x * 2\n```", "reference": MBPP},
+        {"id": "c", "completion": "```python\nimport sys\nsys.exit(0)\ndef double(x):\n    return 0\n```", "reference": MBPP},
+        {"id": "d", "completion": "    while True:\n        pass\n", "reference": HUMANEVAL},
+        {"id": "e", "completion": "    return x\n", "reference": {"format": "humaneval", "prompt": "x"}},
+    ]
+    result, out = _verify_code(tmp_path, rows, "--workers", "2", "--timeout", "1")
+    assert result.returncode == 0, result.stderr
+    assert [r["id"] for r in out] == ["a", "b", "c", "d", "e"]
+    assert [r["correct"] for r in out] == [True, True, False, False, False]
+    assert [r["status"] for r in out] == ["ok", "ok", "ok", "timeout", "error"]
+    assert out[2]["breakdown"]["hack_suspected"] == 1.0 and out[0]["breakdown"]["outcome"] == 1.0
+    assert "invalid code reference" in out[4]["message"]
+
+
+def _sandbox(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(RLVR), "sandbox", "run", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_sandbox_run_prints_the_output_and_exits_with_the_code():
+    result = _sandbox("--", "python3", "-c", "import sys; print('hi'); print('oops', file=sys.stderr); sys.exit(4)")
+    assert (result.returncode, result.stdout, result.stderr) == (4, "hi\n", "oops\n")
+
+
+def test_sandbox_run_json_reports_the_run():
+    result = _sandbox("--json", "--timeout", "0.5", "--memory-mb", "256", "--", "sh", "-c", "echo start; sleep 5")
+    report = json.loads(result.stdout)
+    assert result.returncode == 124
+    assert report["timed_out"] is True and report["stdout"] == "start\n" and report["backend"] == "bubblewrap"
+    assert set(report) >= {"exit_code", "stdout", "stderr", "timed_out", "wall_s", "backend"}
+
+
+def test_sandbox_run_needs_a_command():
+    result = _sandbox("--json")
+    assert result.returncode == 2 and "needs a command" in result.stderr

@@ -29,10 +29,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from tqdm.auto import tqdm
 
-from rlvr_factory.domains.code import CodeDomain
 from rlvr_factory.sandbox import BACKENDS, DEFAULT_BACKEND, Limits, Sandbox, SandboxError
-from rlvr_factory.verifiers.code import CodeTask, CodeVerifier
-from rlvr_factory.verifiers.math import MathVerifier
 from rlvr_factory.verifiers.pool import Verifier, VerifierPool
 
 CHUNK = 2048  # rows verified per pool call; bounds memory on large inputs
@@ -45,7 +42,23 @@ def _math_gold(reference: Any) -> str:
     return str(reference["answer"])
 
 
+def _math_verifier(args: argparse.Namespace) -> Verifier:
+    from rlvr_factory.verifiers.math import MathVerifier  # imported on use: Math-Verify loads slowly
+
+    return MathVerifier(strict=args.strict)
+
+
+def _code_verifier(args: argparse.Namespace) -> Verifier:
+    from rlvr_factory.verifiers.code import CodeVerifier
+
+    timeout = args.timeout or 3.0
+    return CodeVerifier(backend=args.backend, limits={"timeout_s": timeout, "cpu_s": math.ceil(timeout)})
+
+
 def _code_gold(reference: Any) -> str:
+    from rlvr_factory.domains.code import CodeDomain
+    from rlvr_factory.verifiers.code import CodeTask
+
     if not isinstance(reference, dict):
         raise ValueError("'reference' must be an object holding a humaneval or mbpp task")
     try:
@@ -64,15 +77,11 @@ class _Domain:
     pool_timeout: Callable[[argparse.Namespace], float]
 
 
-_MATH = _Domain(lambda a: MathVerifier(strict=a.strict), _math_gold, lambda a: a.timeout or 5.0)
+_MATH = _Domain(_math_verifier, _math_gold, lambda a: a.timeout or 5.0)
 VERIFY_DOMAINS = {
     "math": _MATH,
     "arithmetic": _MATH,
-    "code": _Domain(
-        lambda a: CodeVerifier(backend=a.backend, limits={"timeout_s": a.timeout or 3.0, "cpu_s": math.ceil(a.timeout or 3.0)}),
-        _code_gold,
-        lambda a: (a.timeout or 3.0) + SANDBOX_START_S,
-    ),
+    "code": _Domain(_code_verifier, _code_gold, lambda a: (a.timeout or 3.0) + SANDBOX_START_S),
 }
 
 

@@ -141,22 +141,19 @@ def extract_program(completion: str, task: CodeTask) -> str | None:
     """The program a completion states: its fenced code block, or (HumanEval) the function body
     continuing the prompt, or the completion as code; None when none parses and defines the function."""
     names = task.candidate_names()
-    prefix = task.prompt + "\n" if task.format == "humaneval" else ""
-    candidates: list[str] = []
+    humaneval = task.format == "humaneval"
+    prefix = task.prompt + "\n" if humaneval else ""  # a whole function after the prompt keeps its imports
     blocks = _FENCE.findall(completion)
-    for block in sorted(blocks, key=lambda b: not _defines(b, names)):  # a block defining the function first
-        candidates.append(prefix + block)
-    if not blocks:
-        if task.format == "humaneval":
-            candidates += [task.prompt + completion]
+    candidates = [prefix + b for b in blocks if _defines(b, names)]
+    if humaneval:
+        candidates += [task.prompt + b for b in blocks if b[:1].isspace()]  # a fenced body
+        if not blocks and completion.strip():
             cut = min([completion.find(s) for s in _STOP if s in completion] or [len(completion)])
-            candidates += [task.prompt + completion[:cut], prefix + completion]
-        else:
-            candidates.append(completion)
-    for program in candidates:
-        if _defines(program, names):
-            return program
-    return None
+            whole = [prefix + completion] if _defines(completion, names) else []
+            candidates += whole + [task.prompt + completion, task.prompt + completion[:cut]]
+    elif not blocks:
+        candidates.append(completion)
+    return next((p for p in candidates if _defines(p, names)), None)
 
 
 # -- hack recognition -----------------------------------------------------------------------------
@@ -433,7 +430,12 @@ class CodeVerifier:
 
     def score(self, completion: str, gold: str) -> Score:
         """Run the tests against the completion's program in this process's sandbox."""
-        return self.score_in(self.sandbox(), completion, gold)
+        try:
+            sandbox = self.sandbox()
+        except SandboxStartError as e:
+            logger.warning("no sandbox: %s", e)
+            return self._score(0.0, 0.0, True, status="infra_error")
+        return self.score_in(sandbox, completion, gold)
 
     def score_in(self, sandbox: Sandbox, completion: str, gold: str) -> Score:
         """Like `score`, in the given sandbox (e.g. one lent by a `SandboxPool`)."""
