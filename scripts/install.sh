@@ -4,3 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
 python -m pip install --quiet --disable-pip-version-check -e ".[cpu,dev]"
+# The code domain's default sandbox (bubblewrap); `apt-get update` only when the package is missing.
+command -v bwrap >/dev/null || { apt-get update -qq && apt-get install -y -qq bubblewrap; }
