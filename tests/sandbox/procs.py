@@ -29,3 +29,23 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def sandbox_agents(under: int) -> set[int]:
+    """The pids of the sandbox agents below process `under` (not counting the agents' forked children)."""
+    below = descendants(under)
+    agents = set()
+    for pid in below:
+        try:
+            if b"/opt/rlvr/agent.py" in Path(f"/proc/{pid}/cmdline").read_bytes() and alive(pid):
+                agents.add(pid)
+        except OSError:
+            continue
+    return {pid for pid in agents if _parent(pid) not in agents}
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return 0

@@ -14,6 +14,7 @@ import pytest
 
 from rlvr_factory.sandbox import (
     CandidateError,
+    CommandFailed,
     Limits,
     ProgramEnded,
     Remote,
@@ -194,6 +195,13 @@ def test_a_multi_step_workspace_is_snapshotted_and_restored():
         assert box.run(["sh", "-c", "cat state.txt d/x; ls"]).stdout == b"step1\ny\nd\nstate.txt\n"
         box.reset()
         assert box.run(["ls", "-A"]).stdout == b""
+
+
+@needs_bwrap
+def test_a_corrupt_snapshot_is_refused_and_the_sandbox_serves_on(box):
+    with pytest.raises(CommandFailed, match="restore"):
+        box.restore(Snapshot(b"not a tar archive"))
+    assert box.alive and box.run(["true"]).exit_code == 0
 
 
 @needs_bwrap

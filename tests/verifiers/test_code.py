@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
+import time
 
 import pytest
 
 from rlvr_factory.verifiers.code import CodeTask, CodeVerifier, extract_program, hack_signs
 from rlvr_factory.verifiers.pool import VerifierPool
+from tests.sandbox.procs import sandbox_agents
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap is not installed (apt-get install -y bubblewrap)")
@@ -138,11 +141,17 @@ class TestScore:
     def test_the_verifier_runs_in_a_verifier_pool_worker(self):
         honest = ("    return [x * x for x in xs]\n", GOLD)
         cheat = ("    import sys\n    sys.exit(0)\n", GOLD)
+        before = sandbox_agents(os.getpid())
         with VerifierPool(CodeVerifier(), workers=1, timeout=20.0) as pool:  # the worker's RLIMIT_AS is on
             scores = pool.score_many([honest, cheat, ("no idea, sorry", GOLD)])
+            assert len(sandbox_agents(os.getpid()) - before) == 1  # the worker's own sandbox
         assert [s.correct for s in scores] == [True, False, False]
         assert scores[1].breakdown["hack_suspected"] == 1.0
         assert pool.stats["quick"] == 1
+        deadline = time.monotonic() + 5
+        while sandbox_agents(os.getpid()) - before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not sandbox_agents(os.getpid()) - before  # the killed worker's sandbox went with it
 
 
 def test_the_verifier_pickles_without_its_sandbox():

@@ -16,11 +16,11 @@ from rlvr_factory.sandbox.backends import (
     UnsafeSandboxWarning,
     make_backend,
 )
-from rlvr_factory.sandbox.core import CandidateError, Program, ProgramEnded, Sandbox, Snapshot
+from rlvr_factory.sandbox.core import CandidateError, CommandFailed, Program, ProgramEnded, Sandbox, Snapshot
 from rlvr_factory.sandbox.limits import Limits, RunResult
 from rlvr_factory.sandbox.pool import SandboxPool
 
 __all__ = [
-    "BACKENDS", "DEFAULT_BACKEND", "CandidateError", "Limits", "Program", "ProgramEnded", "Remote", "RunResult",
+    "BACKENDS", "DEFAULT_BACKEND", "CandidateError", "CommandFailed", "Limits", "Program", "ProgramEnded", "Remote", "RunResult",
     "Sandbox", "SandboxError", "SandboxPool", "SandboxStartError", "Snapshot", "UnsafeSandboxWarning", "make_backend",
 ]

@@ -13,6 +13,8 @@ It reads commands from the host on stdin and answers on stdout, one framed messa
     ("stop",)                            kill every process, reset the workspace -> ("stopped", info)
     ("snapshot",) / ("restore", tar, as_base) / ("reset",) / ("ping",)
 
+A command that fails (a corrupt snapshot, say) is answered ("error", message) and the agent serves on.
+
 Every message that crosses the sandbox boundary is decoded with `safe_loads`, which builds
 plain values only (no class of the sender's choosing is ever constructed), so a compromised
 sandbox can send wrong answers but never code. The agent relays the program's call replies
@@ -330,7 +332,10 @@ class Agent:
                 self._kill_all()
                 return
             message = safe_loads(frame)
-            reply = getattr(self, "_cmd_" + message[0])(*message[1:])
+            try:
+                reply = getattr(self, "_cmd_" + message[0])(*message[1:])
+            except Exception as e:  # noqa: BLE001 - a failed command is reported; the agent serves on
+                reply = ("error", f"{message[0]}: {type(e).__name__}: {e}")
             write_frame(self.cout, dumps(reply))
 
     def _cmd_ping(self):

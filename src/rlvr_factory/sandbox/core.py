@@ -52,6 +52,10 @@ class Snapshot:
             return sorted(tar.getnames())
 
 
+class CommandFailed(SandboxError):
+    """The agent could not carry out a command (e.g. a corrupt snapshot); the sandbox itself is fine."""
+
+
 class CandidateError(Exception):
     """A call into the sandboxed program raised; `kind` is the nearest builtin exception's name."""
 
@@ -150,12 +154,14 @@ class Sandbox:
             reply = safe_loads(frame)
             if not isinstance(reply, tuple) or not reply or not isinstance(reply[0], str):
                 raise ProtocolError(f"malformed reply {reply!r:.100}")
-            return reply
         except (OSError, TimeoutError, ProtocolError, SandboxError) as e:
             self.close()
             if isinstance(e, SandboxError):
                 raise
             raise SandboxError(f"the sandbox broke during {message[0]!r}: {type(e).__name__}: {e}") from e
+        if reply[0] == "error":
+            raise CommandFailed(str(reply[1]))
+        return reply
 
     def _result(self, info: dict) -> RunResult:
         if not isinstance(info, dict):
@@ -297,5 +303,5 @@ def _copy_back(sent: tuple, returned: Any) -> None:
             original.update(after)
 
 
-__all__ = ["CandidateError", "Program", "ProgramEnded", "Remote", "Sandbox", "SandboxError",
+__all__ = ["CandidateError", "CommandFailed", "Program", "ProgramEnded", "Remote", "Sandbox", "SandboxError",
            "SandboxStartError", "Snapshot"]
