@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 
 import pytest
@@ -107,3 +108,40 @@ def test_the_pretraining_corpus_leaves_out_held_out_prompts():
     assert len(set(corpus)) == len(BUILTIN_TASKS) - len(held_out)
     with pytest.raises(ValueError, match="held out"):
         domain.pretraining_corpus(5, 0, {t["prompt"] for t in BUILTIN_TASKS})
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_the_embedded_default_trains_on_code_end_to_end(tmp_path):
+    """`kedro run --env code`: curate, pre-train, SFT, RL rounds and evaluation on the built-in tasks."""
+    import mlflow
+    import pandas as pd
+    from kedro.config import OmegaConfigLoader
+    from kedro.framework.session import KedroSession
+    from kedro.framework.startup import bootstrap_project
+    from omegaconf import OmegaConf
+
+    from tests.pipelines.conftest import TINY_PARAMS, make_project, tracking_uri
+
+    project = make_project(tmp_path)
+    base = OmegaConfigLoader(str(project / "conf"), base_env="base", default_run_env="local")["parameters"]
+    shrink = {k: v for k, v in TINY_PARAMS.items() if k != "domain"}
+    # whole top-level blocks: with an env's own parameters, Kedro replaces a runtime-overridden block
+    params = OmegaConf.to_container(OmegaConf.merge({k: base[k] for k in shrink}, shrink))
+    cwd = os.getcwd()
+    os.environ["MLFLOW_TRACKING_URI"] = tracking_uri(project)
+    os.chdir(project)
+    try:
+        bootstrap_project(project)
+        with KedroSession.create(project_path=project, env="code", runtime_params=params) as session:
+            session.run(pipeline_names=["rlvr"])
+    finally:
+        while mlflow.active_run() is not None:
+            mlflow.end_run()
+        os.chdir(cwd)
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    scored = pd.read_parquet(project / "data/07_model_output/scored/round_001.parquet")
+    assert len(scored) == 16 and set(scored["status"]) <= {"ok", "timeout"}
+    assert {"outcome", "process", "hack_suspected"} <= set(json.loads(scored["reward_breakdown"].iloc[0]))
+    report = json.loads((project / "data/08_reporting/rl_eval.json").read_text())
+    assert report["num_tasks"] == 8.0
