@@ -203,8 +203,8 @@ def hack_signs(program: str) -> list[str]:
         if isinstance(node, ast.Call) and _dotted(node.func) in _SUSPECT_CALLS:
             signs.add(f"call:{_dotted(node.func)}")
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            signs |= {f"import:{m}" for m in modules if m.split(".")[0] in _SUSPECT_MODULES}
+            imported = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            signs |= {f"import:{m}" for m in imported if m.split(".")[0] in _SUSPECT_MODULES}
         elif isinstance(node, ast.Raise) and _dotted(getattr(node.exc, "func", node.exc) or ast.Name("")) in (
                 "SystemExit", "KeyboardInterrupt"):
             signs.add("raise:exit")
