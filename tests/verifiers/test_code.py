@@ -161,6 +161,12 @@ def test_the_verifier_pickles_without_its_sandbox():
     assert clone._sandbox is None and clone.limits.timeout_s == 1.0
 
 
+def test_by_default_a_program_cannot_take_more_than_4_gb_with_all_its_processes():
+    limits = CodeVerifier().limits
+    assert limits.memory_mb * limits.nproc <= 4096 and limits.timeout_s == 3.0
+    assert CodeVerifier(limits={"timeout_s": 1.0}).limits.nproc == limits.nproc  # a partial override keeps the rest
+
+
 def test_ordinary_solutions_show_no_hack_signs():
     assert hack_signs("import math\nfrom typing import List\ndef f(xs):\n    return sorted(set(xs))\n") == []
 

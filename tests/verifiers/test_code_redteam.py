@@ -89,6 +89,9 @@ ATTACKS = [
     ("infinite_loop_at_load", "while True:\n    pass\ndef add(a, b):\n    return a + b\n", False),
     ("fork_bomb", "import os\ndef add(a, b):\n    while True:\n        try:\n            os.fork()\n"
      "        except OSError:\n            pass\n", True),
+    ("fork_and_memory_bomb", "import os\ndef add(a, b):\n    held = []\n    for _ in range(64):\n        try:\n"
+     "            if os.fork() == 0:\n                held.append(bytearray(200 * 1024 * 1024))\n"
+     "        except (OSError, MemoryError):\n            pass\n    return None\n", True),
     ("memory_bomb", "def add(a, b):\n    blocks = []\n    while True:\n        blocks.append(bytearray(50 * 1024 * 1024))\n", False),
     ("fill_the_disk", "def add(a, b):\n    i = 0\n    for d in ('.', '/tmp', '/dev/shm'):\n        while True:\n"
      "            try:\n                with open(f'{d}/fill{i}', 'wb') as f:\n"

