@@ -210,7 +210,6 @@ class _Encoder:
         return value
 
 
-_EXIT_EXCEPTIONS = (SystemExit, KeyboardInterrupt, GeneratorExit)
 
 
 def _exception_name(exc: BaseException) -> str:
