@@ -89,6 +89,7 @@ class TestQuickScore:
     def test_no_program_scores_zero_without_a_sandbox(self):
         score = CodeVerifier(backend_options={"bwrap": "no-such-bwrap"}).quick_score("no code here", GOLD)
         assert (score.reward, score.status, score.breakdown["format"]) == (0.0, "ok", 0.0)
+        assert set(score.breakdown) == {"outcome", "process", "format", "tests", "passed", "hack_suspected", "load_error"}
 
     def test_a_program_needs_the_full_check(self):
         assert CodeVerifier().quick_score("    return xs\n", GOLD) is None

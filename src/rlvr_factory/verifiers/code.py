@@ -405,7 +405,8 @@ class CodeVerifier:
     def _score(self, outcome: float, process: float, extracted: bool, status: str = "ok",
                **extra: float) -> Score:
         outcome = outcome if status == "ok" else 0.0
-        breakdown = {"outcome": outcome, "process": process, "format": float(extracted), **extra}
+        breakdown = {"outcome": outcome, "process": process, "format": float(extracted), "tests": 0.0, "passed": 0.0,
+                     "hack_suspected": 0.0, "load_error": 0.0, **extra}  # the same keys on every Score
         reward = (self.outcome_weight * outcome + self.process_weight * process
                   + self.format_weight * breakdown["format"])
         return Score(reward=reward, correct=outcome == 1.0, status=status, breakdown=breakdown)
