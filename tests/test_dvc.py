@@ -77,7 +77,8 @@ def clone_project(repo: Path) -> Path:
     for layer in [*(PROJECT_ROOT / "data").glob("0*"), PROJECT_ROOT / "mlruns", PROJECT_ROOT / "conf/local"]:
         (repo / layer.relative_to(PROJECT_ROOT)).mkdir(parents=True, exist_ok=True)
         (repo / layer.relative_to(PROJECT_ROOT) / ".gitkeep").touch()
-    write_params(repo, TINY_PARAMS)
+    # The Model Registry is covered by tests/test_mlflow.py; here each `report` run skips it.
+    write_params(repo, _merge(TINY_PARAMS, {"report": {"register_model": False}}))
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "tiny project")
@@ -107,17 +108,19 @@ class Session:
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory) -> Session:
-    """Clone, `dvc repro`, again, `--force`, change one parameter, then two learning-rate experiments:
-    one in the workspace, one in a temporary copy (`--temp`, as `--queue` runs them)."""
+    """Clone, `dvc repro`, again, `--force`, what one parameter change would re-run, then two
+    learning-rate experiments: one in the workspace, one in a temporary copy (`--temp`, the
+    executor `--queue` uses too)."""
     s = Session(clone_project(tmp_path_factory.mktemp("dvc") / "repo"))
     s.commits["clone"] = git(s.repo, "rev-parse", "HEAD")
     s.step("repro", "repro")
     s.step("again", "repro")
     s.step("force", "repro", "--force")
     s.commit("reproduced")
-    write_params(s.repo, {"evaluate": {"k": 3}})
-    s.step("evaluate.k", "repro")
-    s.commit("evaluate.k=3")
+    for key, value in (("k", 3), ("validation_size", 12)):  # which stages each key makes stale
+        write_params(s.repo, {"evaluate": {key: value}})
+        s.output[f"status evaluate.{key}"] = dvc(s.repo, "status", "--json")
+        git(s.repo, "checkout", "--", "conf")
     for (name, lr), where in zip(EXPERIMENTS.items(), ([], ["--temp"])):
         s.step(name, "exp", "run", *where, "-n", name, "-S", f"{RLVR_PARAMS}:rl.update.lr={lr}")
     s.output["exp show"] = dvc(s.repo, "exp", "show", "--json")
@@ -145,11 +148,14 @@ def test_a_second_repro_runs_nothing(session):
     assert "Data and pipelines are up to date" in session.output["again"]
 
 
-def test_changing_one_parameter_reruns_only_the_stages_that_read_it(session):
-    # `evaluate.k` is read by `evaluate` alone (`rl` reads other keys of the same file);
-    # `report` follows because it reads the metrics `evaluate` rewrote.
-    assert session.ran["evaluate.k"] == ["evaluate", "report"]
-    assert json.loads(session.metrics["evaluate.k"])["rl"].keys() >= {"pass@3"}
+def test_changing_one_parameter_makes_only_the_stages_that_read_it_stale(session):
+    # Both keys live in parameters_evaluate.yml: `k` is read by `evaluate` alone, the validation
+    # set size by `rl` alone (its per-round validation). What runs then follows the data: an
+    # experiment changing `rl.update.lr` re-runs `rl`, `evaluate` and `report` and nothing upstream.
+    changed = {key: json.loads(session.output[f"status evaluate.{key}"]) for key in ("k", "validation_size")}
+    assert changed["k"] == {"evaluate": [{"changed deps": {"conf/base/parameters_evaluate.yml": {"evaluate.k": "modified"}}}]}
+    assert set(changed["validation_size"]) == {"rl"}
+    assert session.ran["lr-low"] == ["rl", "evaluate", "report"]
 
 
 def test_the_same_commit_run_twice_gives_byte_identical_metrics(session):
@@ -197,7 +203,7 @@ def test_experiments_rerun_from_rl_and_dvc_exp_show_tabulates_them(session):
 
 
 def test_each_experiment_has_mlflow_runs_in_the_repository_store_tagged_with_its_name_and_commit(session):
-    baseline = session.commits["evaluate.k=3"]
+    baseline = session.commits["reproduced"]
     for name, lr in EXPERIMENTS.items():
         runs = {r.data.tags["dvc.stage"]: r for r in _runs(session.repo) if r.data.tags.get("dvc.exp_name") == name}
         assert set(runs) == {"rl", "evaluate", "report"}, name

@@ -60,7 +60,7 @@ def test_the_rollout_sample_takes_the_same_rows_of_every_round_each_time():
 def test_record_run_adds_only_what_the_run_lacks(tmp_path):
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
     try:
-        with mlflow.start_run() as run:
+        with mlflow.start_run(experiment_id=mlflow.create_experiment("report")) as run:
             for step in (0, 1):  # the rounds of a whole `kedro run` already logged their reward
                 mlflow.log_metric("rl.reward_mean", 0.1 * step, step=step)
             record_run(REPORT, REPORT["round_history"])
