@@ -57,8 +57,9 @@ def lineage_tags(project_root: str | Path, environ: Mapping[str, str] | None = N
     """Tags that lead from a run back to what reproduces it.
 
     `git.commit` (also as MLflow's own `mlflow.source.git.commit`, which the UI shows),
-    `git.dirty` (tracked or untracked changes besides `dvc.lock`, which DVC rewrites as the
-    stages of a `dvc repro` finish), `dvc.lock_sha256` (the lock as this run starts) and,
+    `git.dirty` (code or configuration differs from the commit; DVC's own files do not count:
+    `dvc.lock`, rewritten as each stage of a `dvc repro` finishes, and the `data/` layers it
+    writes, whose state is the lock), `dvc.lock_sha256` (the lock as this run starts) and,
     when DVC runs the command, `dvc.stage`, `dvc.exp_name` and `dvc.exp_baseline_rev`.
     """
     root = Path(project_root)
