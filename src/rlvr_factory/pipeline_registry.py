@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kedro.pipeline import Pipeline
 
-from rlvr_factory.pipelines import base_model, curate, evaluate, rl, sft
+from rlvr_factory.pipelines import base_model, curate, evaluate, report, rl, sft
 
 # The shape of the unrolled RL loop, set from the run's parameters by `RLShapeHook`; the
 # defaults serve only when no run configuration is at hand (e.g. `kedro registry list`).
@@ -29,6 +29,7 @@ def register_pipelines() -> dict[str, Pipeline]:
         "sft": sft.create_pipeline(),
         "rl": rl.create_pipeline(**_rl_shape),
         "evaluate": evaluate.create_pipeline(),
+        "report": report.create_pipeline(_rl_shape["rounds"]),
     }
     stages["rlvr"] = sum(stages.values(), Pipeline([]))
     stages["__default__"] = stages["rlvr"]

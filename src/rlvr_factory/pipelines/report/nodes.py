@@ -1,0 +1,71 @@
+"""Report: the run's record in MLflow (round curves, evaluation, rollout sample) and the registered policy."""
+
+from __future__ import annotations
+
+import logging
+
+import mlflow
+import pandas as pd
+from matplotlib.figure import Figure
+from mlflow import MlflowClient
+
+from rlvr_factory import tracking
+from rlvr_factory.models.policy import Policy
+from rlvr_factory.pipelines.evaluate.nodes import build_report
+
+log = logging.getLogger(__name__)
+SAMPLE_COLUMNS = ["round", "task_id", "prompt", "completion", "reward", "correct", "status"]
+
+
+def round_curves(round_history: list[dict]) -> pd.DataFrame:
+    """Reward, pass rate and validation accuracy per round (`dvc plots show` renders this table)."""
+    return tracking.round_curves(round_history)
+
+
+def plot_round_curves(curves: pd.DataFrame) -> Figure:
+    """The round curves as a figure (logged to MLflow as a PNG)."""
+    return tracking.plot_round_curves(curves)
+
+
+def sample_rollouts(report: dict, *scored_rounds: pd.DataFrame) -> list[dict]:
+    """`report.rollout_sample.per_round` seeded rollouts of every round, with their rewards."""
+    sample = report["rollout_sample"]
+    rows = [
+        scored.sample(n=min(sample["per_round"], len(scored)), random_state=sample["seed"]).sort_values(
+            ["task_id", "sample_index"]
+        )
+        for scored in scored_rounds
+    ]
+    frame = pd.concat(rows, ignore_index=True)[SAMPLE_COLUMNS]
+    return frame.astype({"round": int, "reward": float, "correct": bool}).to_dict(orient="records")
+
+
+def record_run(eval_report: dict, round_history: list[dict]) -> None:
+    """Complete the active MLflow run: the evaluation report as an artifact, and the round curves
+    (`rl.*`, step = round) and evaluation metrics (`eval.*`) it does not have yet.
+
+    A whole `kedro run --pipeline=rlvr` already logged them as they were made; the run of a
+    DVC `report` stage (a process of its own) gets them from the persisted report and history.
+    """
+    run = mlflow.active_run()
+    if run is None:
+        log.warning("no active MLflow run: the run record is not logged")
+        return
+    _, eval_metrics = build_report(eval_report["sft"], eval_report["rl"], round_history)
+    history = tracking.round_metric_history(round_history)
+    history |= {f"eval.{name}": [(m["step"], m["value"])] for name, m in eval_metrics.items()}
+    logged = tracking.log_missing_metrics(run.info.run_id, history, MlflowClient())
+    mlflow.log_dict(eval_report, "report/metrics.json")
+    log.info("report: %d metrics added to run %s", len(logged), run.info.run_id)
+
+
+def register_policy(rl_policy: Policy, eval_report: dict, report: dict) -> None:
+    """Log the final policy as an MLflow model (transformers flavour) and register it under
+    `report.registered_model_name`, with the RL policy's test metrics."""
+    if not report["register_model"]:
+        return
+    if mlflow.active_run() is None:
+        log.warning("no active MLflow run: the policy is not registered")
+        return
+    metrics = {f"eval.rl.{k.replace('@', '_at_')}": float(v) for k, v in eval_report["rl"].items()}
+    tracking.log_policy_model(rl_policy.model, rl_policy.tokenizer, report["registered_model_name"], metrics)

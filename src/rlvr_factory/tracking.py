@@ -1,0 +1,148 @@
+"""Experiment tracking with MLflow: where the store lives, what links a run to its code and data,
+and the run record (curves, metrics, the registered policy). Knows nothing about Kedro."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import subprocess
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import pandas as pd
+from matplotlib.figure import Figure
+from mlflow import MlflowClient
+from mlflow.entities import Metric
+from mlflow.models.model import ModelInfo
+
+log = logging.getLogger(__name__)
+
+DVC_ROOT = "DVC_ROOT"  # set by DVC for every stage command: the repository root, the original one even in a temp copy
+DVC_EXP_NAME = "DVC_EXP_NAME"  # set by `dvc exp run` (workspace, --temp and --queue alike)
+DVC_EXP_BASELINE_REV = "DVC_EXP_BASELINE_REV"  # the commit an experiment starts from
+DVC_STAGE = "DVC_STAGE"  # the stage DVC is running
+SQLITE_PREFIX = "sqlite:///"
+
+
+def store_root(project_root: str | Path) -> Path:
+    """The directory whose `mlruns/` holds the MLflow store.
+
+    Under DVC it is the DVC repository root (`$DVC_ROOT`), which `dvc exp run --temp/--queue`
+    points at the original repository, so runs made in a temporary copy land in the same
+    store as all others; otherwise it is the project root.
+    """
+    return Path(os.environ.get(DVC_ROOT) or project_root).resolve()
+
+
+def artifact_location(tracking_uri: str) -> str | None:
+    """Where a new experiment keeps its artifacts: `artifacts/` beside an SQLite store's file,
+    or nothing (the tracking server's default) for any other store."""
+    if tracking_uri.startswith(SQLITE_PREFIX):
+        return str(Path(tracking_uri[len(SQLITE_PREFIX):]).resolve().parent / "artifacts")
+    return None
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip()
+
+
+def lineage_tags(project_root: str | Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Tags that lead from a run back to what reproduces it.
+
+    `git.commit` (also as MLflow's own `mlflow.source.git.commit`, which the UI shows),
+    `git.dirty` (code or configuration differs from the commit; DVC's own files do not count:
+    `dvc.lock`, rewritten as each stage of a `dvc repro` finishes, and the `data/` layers it
+    writes, whose state is the lock), `dvc.lock_sha256` (the lock as this run starts) and,
+    when DVC runs the command, `dvc.stage`, `dvc.exp_name` and `dvc.exp_baseline_rev`.
+    """
+    root = Path(project_root)
+    env = os.environ if environ is None else environ
+    tags = {}
+    commit = _git(root, "rev-parse", "HEAD")
+    if commit:
+        status = _git(root, "status", "--porcelain", "--", ".", ":(exclude)dvc.lock", ":(exclude)data")
+        tags.update({"git.commit": commit, "mlflow.source.git.commit": commit, "git.dirty": str(bool(status)).lower()})
+    lock = root / "dvc.lock"
+    if lock.exists():
+        tags["dvc.lock_sha256"] = hashlib.sha256(lock.read_bytes()).hexdigest()
+    for var, tag in ((DVC_STAGE, "dvc.stage"), (DVC_EXP_NAME, "dvc.exp_name"), (DVC_EXP_BASELINE_REV, "dvc.exp_baseline_rev")):
+        if env.get(var):
+            tags[tag] = env[var]
+    return tags
+
+
+def round_curves(round_history: list[dict]) -> pd.DataFrame:
+    """Reward, pass rate and validation accuracy per RL round (the table DVC plots and the PNG show)."""
+    if not round_history:
+        raise ValueError("the round history is empty; run the `rl` pipeline first")
+    columns = ["round", "reward_mean", "pass_rate", "val_greedy_accuracy"]
+    return pd.DataFrame([{c: r[c] for c in columns} for r in round_history]).sort_values("round", ignore_index=True)
+
+
+def plot_round_curves(curves: pd.DataFrame) -> Figure:
+    """Reward and accuracy against the round, one figure (rendered without a display)."""
+    figure = Figure(figsize=(6, 3.5), dpi=100)
+    axes = figure.add_subplot()
+    for column, label in (("reward_mean", "mean reward"), ("pass_rate", "rollout pass rate"),
+                          ("val_greedy_accuracy", "validation greedy accuracy")):
+        axes.plot(curves["round"], curves[column], marker="o", label=label)
+    axes.set_xlabel("RL round")
+    axes.set_ylim(-0.02, 1.02)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="best", fontsize="small")
+    figure.tight_layout()
+    return figure
+
+
+def round_metric_history(round_history: list[dict], prefix: str = "rl") -> dict[str, list[tuple[int, float]]]:
+    """Each numeric round statistic as `<prefix>.<name>`: [(round, value), ...]."""
+    history: dict[str, list[tuple[int, float]]] = {}
+    for stats in round_history:
+        for key, value in stats.items():
+            if key != "round" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                history.setdefault(f"{prefix}.{key}", []).append((int(stats["round"]), float(value)))
+    return history
+
+
+def log_missing_metrics(run_id: str, history: Mapping[str, Iterable[tuple[int, float]]], client: MlflowClient) -> list[str]:
+    """Log each metric's (step, value) points unless the run already has that metric.
+
+    A whole `kedro run` logs the round curves as the rounds finish; a run that only reports
+    (a DVC `report` stage) gets them from the persisted history. Returns the names logged.
+    """
+    present = set(client.get_run(run_id).data.metrics)
+    missing = {name: points for name, points in history.items() if name not in present}
+    metrics = [Metric(name, value, 0, step) for name, points in missing.items() for step, value in points]
+    for start in range(0, len(metrics), 1000):  # MLflow's batch limit
+        client.log_batch(run_id, metrics=metrics[start:start + 1000])
+    return sorted(missing)
+
+
+def log_policy_model(model: Any, tokenizer: Any, registered_name: str, metrics: Mapping[str, float]) -> ModelInfo:
+    """Log a causal LM with MLflow's transformers flavour in the active run, register it as
+    `registered_name`, and attach `metrics` to the logged model and (as tags) to the new version."""
+    import torch
+    import transformers
+
+    run = mlflow.active_run()
+    if run is None:
+        raise RuntimeError("no active MLflow run to log the policy in; start one (kedro-mlflow does) first")
+    # Pinned requirements: inferring them would load the model again in a subprocess.
+    pip = [f"torch=={torch.__version__.split('+')[0]}", f"transformers=={transformers.__version__}"]
+    info = mlflow.transformers.log_model(
+        {"model": model, "tokenizer": tokenizer}, name="policy", task="text-generation",
+        registered_model_name=registered_name, pip_requirements=pip,
+    )
+    mlflow.log_metrics(dict(metrics), model_id=info.model_id)
+    client, version = MlflowClient(), str(info.registered_model_version)
+    for key, value in {**metrics, "run_id": run.info.run_id}.items():
+        client.set_model_version_tag(registered_name, version, key, value if isinstance(value, str) else f"{value:.6g}")
+    log.info("registered %s version %s from run %s", registered_name, version, run.info.run_id)
+    return info

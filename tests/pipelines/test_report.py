@@ -1,0 +1,85 @@
+"""The `report` pipeline's nodes: round curves, rollout sample, and completing an MLflow run's record."""
+
+from __future__ import annotations
+
+import json
+
+import mlflow
+import pandas as pd
+import pytest
+from mlflow import MlflowClient
+
+from rlvr_factory.pipelines.report.nodes import plot_round_curves, record_run, round_curves, sample_rollouts
+
+HISTORY = [
+    {"round": 1, "reward_mean": 0.5, "pass_rate": 0.4, "val_greedy_accuracy": 0.3, "kl": 0.01, "lr": 1e-4},
+    {"round": 0, "reward_mean": 0.25, "pass_rate": 0.2, "val_greedy_accuracy": 0.1, "kl": 0.0, "lr": 2e-4},
+]
+EVAL = {"greedy_accuracy": 0.5, "pass@1": 0.4, "pass@2": 0.6, "greedy_accuracy/difficulty_1": 0.7, "num_tasks": 20}
+REPORT = {"sft": EVAL, "rl": {**EVAL, "greedy_accuracy": 0.75}, "round_history": sorted(HISTORY, key=lambda r: r["round"])}
+SAMPLE = {"rollout_sample": {"per_round": 3, "seed": 0}}
+
+
+def _scored(round_index: int, n: int = 10) -> pd.DataFrame:
+    return pd.DataFrame({
+        "round": round_index, "task_id": [f"t{i // 2}" for i in range(n)], "sample_index": [i % 2 for i in range(n)],
+        "prompt": [f"Compute {i}+1" for i in range(n)], "completion": [str(i + 1) for i in range(n)],
+        "reward": [float(i % 2) for i in range(n)], "correct": [bool(i % 2) for i in range(n)], "status": "ok",
+    })
+
+
+def test_round_curves_are_one_row_per_round_in_order():
+    curves = round_curves(HISTORY)
+    assert list(curves.columns) == ["round", "reward_mean", "pass_rate", "val_greedy_accuracy"]
+    assert curves["round"].tolist() == [0, 1]
+    assert curves["reward_mean"].tolist() == [0.25, 0.5]
+
+
+def test_an_empty_history_is_refused_with_a_hint():
+    with pytest.raises(ValueError, match="run the `rl` pipeline"):
+        round_curves([])
+
+
+def test_the_curve_figure_renders_to_png(tmp_path):
+    figure = plot_round_curves(round_curves(HISTORY))
+    figure.savefig(tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert [line.get_label() for line in figure.axes[0].get_lines()] == [
+        "mean reward", "rollout pass rate", "validation greedy accuracy"]
+
+
+def test_the_rollout_sample_takes_the_same_rows_of_every_round_each_time():
+    first = sample_rollouts(SAMPLE, _scored(0), _scored(1))
+    assert first == sample_rollouts(SAMPLE, _scored(0), _scored(1))
+    assert [r["round"] for r in first] == [0, 0, 0, 1, 1, 1]
+    assert set(first[0]) == {"round", "task_id", "prompt", "completion", "reward", "correct", "status"}
+    json.dumps(first)  # plain JSON types
+    assert len(sample_rollouts({"rollout_sample": {"per_round": 50, "seed": 0}}, _scored(0, n=4))) == 4
+
+
+def test_record_run_adds_only_what_the_run_lacks(tmp_path):
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    try:
+        with mlflow.start_run(experiment_id=mlflow.create_experiment("report")) as run:
+            for step in (0, 1):  # the rounds of a whole `kedro run` already logged their reward
+                mlflow.log_metric("rl.reward_mean", 0.1 * step, step=step)
+            record_run(REPORT, REPORT["round_history"])
+        client = MlflowClient()
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "rl.reward_mean")] == [0, 1]
+        assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "rl.kl")] == [(0, 0.0), (1, 0.01)]
+        metrics = client.get_run(run.info.run_id).data.metrics
+        assert metrics["eval.rl.greedy_accuracy"] == 0.75
+        assert metrics["eval.sft.pass_at_2"] == 0.6 and metrics["eval.rl.greedy_accuracy/difficulty_1"] == 0.7
+        local = mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path="report/metrics.json")
+        assert json.loads(open(local).read())["rl"]["greedy_accuracy"] == 0.75
+    finally:
+        mlflow.set_tracking_uri(None)
+
+
+def test_record_run_without_an_active_run_logs_nothing(tmp_path, caplog):
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    try:
+        record_run(REPORT, REPORT["round_history"])
+    finally:
+        mlflow.set_tracking_uri(None)
+    assert "no active MLflow run" in caplog.text
