@@ -1,0 +1,130 @@
+"""The `ray` backend: each worker is a Ray actor, so the same scheduler runs across a Ray cluster.
+
+`address: local` starts a Ray instance on this machine (tests, one box); `address: auto` joins
+the running cluster. An actor runs the calls it is sent in order, like a local worker; a job
+that overruns is killed with its actor (`ray.kill`), which Ray does with SIGKILL. Ray's own
+retries are off (`max_restarts=0`, `max_task_retries=0`): the scheduler decides what is retried.
+Processes a job starts should die with their parent (bubblewrap's `--die-with-parent`), since
+on a remote node no one else can kill them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlvr_factory.scheduler.backend import Event
+from rlvr_factory.scheduler.worker import JobRunner, describe
+
+
+class _ActorBody:
+    """The code of one worker actor."""
+
+    def __init__(self, definitions: dict[int, bytes]) -> None:
+        self.runner = JobRunner()
+        self.runner.define(definitions)
+
+    def ready(self) -> int:
+        return os.getpid()
+
+    def define(self, definitions: dict[int, bytes]) -> None:
+        self.runner.define(definitions)
+
+    def run(self, job_id: int, fn_id: int, payload: Any) -> tuple[int, str, Any, float, float]:
+        return self.runner.run(job_id, fn_id, payload)
+
+
+@dataclass(eq=False)
+class RayWorker:
+    """One actor and its calls not yet answered, in order: (object ref, event kind, job id)."""
+
+    actor: Any
+    calls: deque[tuple[Any, str, int | None]] = field(default_factory=deque)
+
+
+class RayBackend:
+    """Worker actors on a Ray cluster at `address` (`local`: start one here with `num_cpus` CPUs);
+    each actor reserves `cpus_per_worker` CPUs, so Ray places actors where CPUs are free."""
+
+    name = "ray"
+    max_chunk = 32  # calls queued on an actor at once (one call per job)
+
+    def __init__(self, address: str = "local", num_cpus: int | None = None, cpus_per_worker: float = 1.0) -> None:
+        try:
+            import ray
+        except ImportError as e:
+            raise ImportError("the ray backend needs Ray: pip install 'rlvr_factory[ray]'") from e
+        self._ray = ray
+        self.address = address
+        self.num_cpus = num_cpus
+        self.cpus_per_worker = cpus_per_worker
+        self._actor_class: Any = None
+
+    def _connect(self) -> Any:
+        """The actor class, connecting to (or starting) Ray on first use."""
+        if self._actor_class is None:
+            ray = self._ray
+            if not ray.is_initialized():
+                if self.address == "local":
+                    ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False,
+                             logging_level=logging.ERROR)
+                else:
+                    ray.init(address=self.address, log_to_driver=False, logging_level=logging.ERROR)
+            self._actor_class = ray.remote(_ActorBody).options(
+                num_cpus=self.cpus_per_worker, max_restarts=0, max_task_retries=0
+            )
+        return self._actor_class
+
+    def start(self, definitions: dict[int, bytes]) -> RayWorker:
+        """A new actor holding these job functions; it reports `ready` once created."""
+        actor = self._connect().remote(definitions)
+        return RayWorker(actor, deque([(actor.ready.remote(), "ready", None)]))
+
+    def send(self, worker: RayWorker, definitions: dict[int, bytes], jobs: list[tuple[int, int, Any]]) -> bool:
+        """Queue new job functions and the jobs on the actor (it runs them in order)."""
+        if definitions:
+            worker.calls.append((worker.actor.define.remote(definitions), "started", None))
+        for job in jobs:
+            worker.calls.append((worker.actor.run.remote(*job), "result", job[0]))
+        return True
+
+    def poll(self, workers: list[RayWorker], timeout: float) -> list[Event]:
+        """The answers that arrived within `timeout` seconds, in order per actor."""
+        ray = self._ray
+        refs = [call[0] for w in workers for call in w.calls]
+        if not refs:
+            time.sleep(timeout)
+            return []
+        ray.wait(refs, num_returns=1, timeout=timeout)
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        done_set = set(done)
+        events: list[Event] = []
+        for worker in workers:
+            while worker.calls and worker.calls[0][0] in done_set:
+                ref, kind, job_id = worker.calls.popleft()
+                try:
+                    value = ray.get(ref)
+                except ray.exceptions.RayActorError as e:
+                    self.stop(worker)
+                    events.append(("lost", worker, f"the Ray actor died: {str(e).splitlines()[0][:300]}"))
+                    break
+                except ray.exceptions.RayError as e:  # e.g. a return value Ray could not serialise
+                    if kind != "result":
+                        self.stop(worker)
+                        events.append(("lost", worker, describe(e)))
+                        break
+                    value = (job_id, "error", describe(e), 0.0, 0.0)
+                events.append((kind, worker, value if kind == "result" else None))
+        return events
+
+    def stop(self, worker: RayWorker) -> None:
+        """Kill the actor (SIGKILL to its process) and forget its calls."""
+        worker.calls.clear()
+        self._ray.kill(worker.actor, no_restart=True)
+
+    def close(self) -> None:
+        """Leave Ray running: it is shared by the process (Ray shuts it down at exit)."""
