@@ -130,6 +130,10 @@ class Scheduler:
         """Kill every worker with everything it started; the scheduler cannot be used afterwards."""
         self._close()
 
+    @property
+    def closed(self) -> bool:
+        return not self._close.alive
+
     # Submitting
 
     def register(self, fn: Callable[[Any], Any]) -> None:
@@ -443,7 +447,7 @@ class Scheduler:
         return fn_id
 
     def _check_open(self) -> None:
-        if not self._close.alive:
+        if self.closed:
             raise RuntimeError("this Scheduler is closed; create a new one")
 
 

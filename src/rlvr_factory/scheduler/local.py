@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import resource
 import signal
@@ -109,6 +110,7 @@ class LocalBackend:
 def _worker_main(conn: Connection, definitions: dict[int, bytes], memory_limit_mb: int | None) -> None:
     """A worker's life: lead a new process group, die with the parent, then run jobs until EOF."""
     os.setsid()
+    _release_fork_server()
     _die_with_parent()
     if memory_limit_mb is not None:
         limit = memory_limit_mb * 1024 * 1024
@@ -130,6 +132,16 @@ def _worker_main(conn: Connection, definitions: dict[int, bytes], memory_limit_m
                 conn.send(result)
             except Exception as e:  # noqa: BLE001  # an unpicklable return value
                 conn.send(unsendable(result, e))
+
+
+def _release_fork_server() -> None:
+    """Close this worker's copy of the fork server's liveness pipe, which the fork server hands to every
+    child: the fork server exits when the caller does only once no worker holds the pipe open."""
+    server = multiprocessing.forkserver._forkserver
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        os.close(fd)
+        server._forkserver_alive_fd = None
 
 
 def _die_with_parent() -> None:
