@@ -26,7 +26,7 @@ def create_scheduler(settings: dict[str, Any], memory_limit_mb: int | None = 409
     """A scheduler from parameters: `backend` (local|ray), `workers`, `timeout_seconds`,
     `retry` (RetryPolicy's fields), `max_in_flight`, `num_cpus`, and for Ray `ray.address`
     (local|auto|an address) and `ray.num_cpus`. Missing keys take their defaults; `memory_limit_mb`
-    caps each local worker's address space."""
+    caps each job process's address space."""
     known = {"backend", "workers", "timeout_seconds", "retry", "max_in_flight", "num_cpus", "ray"}
     unknown = set(settings) - known
     if unknown:
@@ -40,7 +40,8 @@ def create_scheduler(settings: dict[str, Any], memory_limit_mb: int | None = 409
         from rlvr_factory.scheduler.ray_backend import RayBackend
 
         ray = settings.get("ray") or {}
-        backend = RayBackend(address=ray.get("address", "local"), num_cpus=ray.get("num_cpus"))
+        backend = RayBackend(address=ray.get("address", "local"), num_cpus=ray.get("num_cpus"),
+                             memory_limit_mb=memory_limit_mb)
     else:
         raise ValueError(f"unknown scheduler backend {backend_name!r}; choose one of {BACKENDS}")
     return Scheduler(

@@ -17,12 +17,13 @@ class Backend(Protocol):
 
     name: str
     max_chunk: int  # the most jobs worth sending to a worker in one message
+    deadline_grace: float  # seconds past a job's timeout before the scheduler kills its worker
 
     def start(self, definitions: dict[int, bytes]) -> Any:
         """Start a worker that holds these pickled job functions (by id); it reports `ready`."""
 
-    def send(self, worker: Any, definitions: dict[int, bytes], jobs: list[tuple[int, int, Any]]) -> bool:
-        """Send job functions it lacks and `(job_id, fn_id, payload)` jobs; False when it is gone."""
+    def send(self, worker: Any, definitions: dict[int, bytes], jobs: list[tuple[int, int, Any, float]]) -> bool:
+        """Send job functions it lacks and `(job_id, fn_id, payload, timeout)` jobs; False when it is gone."""
 
     def poll(self, workers: list[Any], timeout: float) -> list[Event]:
         """The events of these workers within `timeout` seconds (sooner when one arrives)."""

@@ -315,15 +315,15 @@ class Scheduler:
         definitions = {i: self._definitions[i] for i in {j.fn_id for j in jobs} - slot.known}
         was_idle = not slot.jobs
         slot.jobs.extend(jobs)
-        if not self.backend.send(slot.worker, definitions, [(j.id, j.fn_id, j.payload) for j in jobs]):
-            self._lost(slot, "the worker could not be reached", started=False)
+        if not self.backend.send(slot.worker, definitions, [(j.id, j.fn_id, j.payload, j.timeout) for j in jobs]):
+            self._lost(slot, "the worker could not be reached", started=not was_idle)
             return
         slot.known |= definitions.keys()
         if definitions:
             slot.loading = True
             slot.deadline = time.monotonic() + STARTUP_TIMEOUT_S
         elif was_idle:
-            slot.deadline = time.monotonic() + slot.jobs[0].timeout
+            slot.deadline = self._head_deadline(slot)
 
     # Events
 
@@ -333,7 +333,7 @@ class Scheduler:
 
     def _on_started(self, slot: _Slot, _: None) -> None:
         slot.loading = False
-        slot.deadline = time.monotonic() + slot.jobs[0].timeout
+        slot.deadline = self._head_deadline(slot)
 
     def _on_result(self, slot: _Slot, result: tuple[int, str, Any, float, float]) -> None:
         job_id, status, value, started, finished = result
@@ -345,7 +345,7 @@ class Scheduler:
             (1 - EWMA_WEIGHT) * self._mean_job_seconds + EWMA_WEIGHT * seconds
         )
         self._release_cpus(slot)
-        slot.deadline = time.monotonic() + slot.jobs[0].timeout if slot.jobs else float("inf")
+        slot.deadline = self._head_deadline(slot) if slot.jobs else float("inf")
         if job.cancelled:
             return
         job.attempts += 1
@@ -353,9 +353,11 @@ class Scheduler:
             self._finish(job, "ok", value=value, seconds=seconds)
         elif status == "error":
             self._finish(job, "error", error=value, seconds=seconds)
+        elif status == "timeout":  # the worker enforced the limit itself (a Ray actor's runner)
+            self._timed_out(job)
         else:
             self._counters["infra_failures"] += 1
-            self._retry_or_finish(job, "infra_error", f"the job raised {value}", seconds)
+            self._retry_or_finish(job, "infra_error", value, seconds)
 
     def _on_lost(self, slot: _Slot, reason: str) -> None:
         self._lost(slot, reason, started=True)
@@ -389,12 +391,22 @@ class Scheduler:
         head = slot.jobs[0]
         self._busy[slot.index] += head.timeout
         self._replace(slot, skip=head)
-        head.attempts += 1
+        if not head.cancelled:
+            head.attempts += 1
+            self._timed_out(head)
+
+    def _timed_out(self, job: _Job) -> None:
+        """Count an attempt killed at its deadline; retry it if the policy says so, else report it."""
         self._counters["timeouts"] += 1
+        error = f"it ran past its {job.timeout:g} s timeout"
         if self.retry.retry_timeouts:
-            self._retry_or_finish(head, "timeout", f"it ran past its {head.timeout:g} s timeout", head.timeout)
+            self._retry_or_finish(job, "timeout", error, job.timeout)
         else:
-            self._finish(head, "timeout", error=f"it ran past its {head.timeout:g} s timeout", seconds=head.timeout)
+            self._finish(job, "timeout", error=error, seconds=job.timeout)
+
+    def _head_deadline(self, slot: _Slot) -> float:
+        """When the job a worker is running must have answered (plus the backend's grace)."""
+        return time.monotonic() + slot.jobs[0].timeout + self.backend.deadline_grace
 
     # Bookkeeping
 

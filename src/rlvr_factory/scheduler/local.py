@@ -43,6 +43,7 @@ class LocalBackend:
 
     name = "local"
     max_chunk = 64  # jobs sent in one message when jobs are short
+    deadline_grace = 0.0  # the scheduler itself kills a worker at its job's deadline
 
     def __init__(self, memory_limit_mb: int | None = 4096) -> None:
         if memory_limit_mb is not None and memory_limit_mb <= 0:
@@ -50,7 +51,8 @@ class LocalBackend:
         self.memory_limit_mb = memory_limit_mb
         if sys.platform.startswith("linux") or sys.platform == "darwin":
             self._context = multiprocessing.get_context("forkserver")
-            self._context.set_forkserver_preload(["rlvr_factory.scheduler.worker"])
+            # the main module too, so a new worker does not import it again (spawn semantics, once)
+            self._context.set_forkserver_preload(["__main__", "rlvr_factory.scheduler.worker"])
         else:
             self._context = multiprocessing.get_context("spawn")
 
@@ -65,7 +67,9 @@ class LocalBackend:
         child_conn.close()  # so the parent reads EOF when the worker dies
         return LocalWorker(process, parent_conn)
 
-    def send(self, worker: LocalWorker, definitions: dict[int, bytes], jobs: list[tuple[int, int, Any]]) -> bool:
+    def send(
+        self, worker: LocalWorker, definitions: dict[int, bytes], jobs: list[tuple[int, int, Any, float]]
+    ) -> bool:
         """Send new job functions and a chunk of jobs; False when the worker is gone."""
         try:
             worker.conn.send((definitions, jobs))
@@ -126,8 +130,8 @@ def _worker_main(conn: Connection, definitions: dict[int, bytes], memory_limit_m
         if definitions:
             runner.define(definitions)
             conn.send(("started",))
-        for job in jobs:
-            result = runner.run(*job)
+        for job_id, fn_id, payload, _ in jobs:
+            result = runner.run(job_id, fn_id, payload)
             try:
                 conn.send(result)
             except Exception as e:  # noqa: BLE001  # an unpicklable return value

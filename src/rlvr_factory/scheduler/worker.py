@@ -1,8 +1,9 @@
 """The worker side of every backend: hold the job functions sent so far and run jobs.
 
 A job's result travels back as ``(job_id, status, value, started, finished)`` with status
-`ok` (value: the return value), `error` (value: what the job raised) or `infra` (value: the
-message of an `InfraError`); the times are `time.monotonic()` readings of this process.
+`ok` (value: the return value), `error` (value: what the job raised), `infra` (value: the
+message of an `InfraError`, or why the job's process died) or `timeout` (the worker enforced
+the limit itself); the times are `time.monotonic()` readings of the worker.
 """
 
 from __future__ import annotations
