@@ -20,6 +20,19 @@ def pid(_):
     return os.getpid()
 
 
+def pid_after(seconds):
+    """Sleep, then return this worker's pid."""
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def timed(seconds):
+    """Busy for `seconds`; return the (start, end) of that span in monotonic time."""
+    start = time.monotonic()
+    time.sleep(seconds)
+    return start, time.monotonic()
+
+
 def sleep_then(payload):
     """Sleep `seconds`, then return `value`."""
     seconds, value = payload

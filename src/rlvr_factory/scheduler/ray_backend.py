@@ -153,7 +153,8 @@ class RayBackend:
     def stop(self, worker: RayWorker) -> None:
         """Kill the actor (SIGKILL to its process) and forget its calls."""
         worker.calls.clear()
-        self._ray.kill(worker.actor, no_restart=True)
+        if self._ray.is_initialized():  # after ray.shutdown() the actors are gone already
+            self._ray.kill(worker.actor, no_restart=True)
 
     def close(self) -> None:
         """Leave Ray running: it is shared by the process (Ray shuts it down at exit)."""
