@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
-python -m pip install --quiet --disable-pip-version-check -e ".[cpu,dev]"
+python -m pip install --quiet --disable-pip-version-check -e ".[cpu,dev,ray]"

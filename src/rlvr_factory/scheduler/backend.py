@@ -19,6 +19,9 @@ class Backend(Protocol):
     max_chunk: int  # the most jobs worth sending to a worker in one message
     deadline_grace: float  # seconds past a job's timeout before the scheduler kills its worker
 
+    def serialize(self, fn: Any) -> bytes:
+        """A job function as bytes its workers can unpickle."""
+
     def start(self, definitions: dict[int, bytes]) -> Any:
         """Start a worker that holds these pickled job functions (by id); it reports `ready`."""
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import pickle
 import time
 import weakref
 from collections import deque
@@ -448,7 +447,7 @@ class Scheduler:
         if not callable(fn):
             raise TypeError(f"a job function must be callable, got {type(fn).__name__}")
         try:
-            blob = pickle.dumps(fn)
+            blob = self.backend.serialize(fn)
         except Exception as e:
             raise TypeError(
                 f"the job function must be picklable to reach the workers (define it at module level): {e}"

@@ -14,11 +14,13 @@ import ctypes
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import pickle
 import resource
 import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
@@ -39,22 +41,30 @@ class LocalWorker:
 
 
 class LocalBackend:
-    """Worker processes on this machine; `memory_limit_mb` caps each one's address space (None: no cap)."""
+    """Worker processes on this machine; `memory_limit_mb` caps each one's address space (None: no cap);
+    `serialize` pickles job functions for the workers."""
 
     name = "local"
     max_chunk = 64  # jobs sent in one message when jobs are short
     deadline_grace = 0.0  # the scheduler itself kills a worker at its job's deadline
 
-    def __init__(self, memory_limit_mb: int | None = 4096) -> None:
+    def __init__(
+        self, memory_limit_mb: int | None = 4096, serialize: Callable[[Any], bytes] = pickle.dumps
+    ) -> None:
         if memory_limit_mb is not None and memory_limit_mb <= 0:
             raise ValueError(f"memory_limit_mb must be positive or None, got {memory_limit_mb}")
         self.memory_limit_mb = memory_limit_mb
+        self._serialize = serialize
         if sys.platform.startswith("linux") or sys.platform == "darwin":
             self._context = multiprocessing.get_context("forkserver")
             # the main module too, so a new worker does not import it again (spawn semantics, once)
             self._context.set_forkserver_preload(["__main__", "rlvr_factory.scheduler.worker"])
         else:
             self._context = multiprocessing.get_context("spawn")
+
+    def serialize(self, fn: Any) -> bytes:
+        """A job function as bytes (plain pickle by default: by reference, its module imported in the worker)."""
+        return self._serialize(fn)
 
     def start(self, definitions: dict[int, bytes]) -> LocalWorker:
         """A new worker holding these job functions; it reports `ready` once it can take jobs."""

@@ -39,7 +39,9 @@ class _ActorBody:
         # every job process it starts (0.5 s each).
         sys.modules["__main__"].__spec__ = importlib.machinery.ModuleSpec("__main__", None)
         self.runner = JobRunner()
-        self.local = Scheduler(LocalBackend(memory_limit_mb), workers=1,
+        import ray
+
+        self.local = Scheduler(LocalBackend(memory_limit_mb, serialize=ray.cloudpickle.dumps), workers=1,
                                retry=RetryPolicy(max_attempts=1, retry_timeouts=False))
         self.define(definitions)
         self.local.start()
@@ -105,6 +107,10 @@ class RayBackend:
                 num_cpus=self.cpus_per_worker, max_restarts=0, max_task_retries=0
             )
         return self._actor_class
+
+    def serialize(self, fn: Any) -> bytes:
+        """Ray's cloudpickle: a function of the driver's main script travels by value, as with Ray tasks."""
+        return self._ray.cloudpickle.dumps(fn)
 
     def start(self, definitions: dict[int, bytes]) -> RayWorker:
         """A new actor holding these job functions; it reports `ready` once created."""
