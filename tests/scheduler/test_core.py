@@ -240,3 +240,15 @@ def test_settings_choose_workers_timeout_and_retry_policy():
 
 def test_the_worker_processes_are_not_the_callers(local):
     assert local.wait(local.submit(jobs.pid, None)).value != os.getpid()
+
+
+def test_abandoning_a_batch_cancels_what_runs_and_drops_what_finished(local):
+    done = local.submit(jobs.echo, 1)
+    local.wait(local.submit(jobs.echo, 2))  # by now `done` has finished or is about to
+    running = local.submit(jobs.hang, None)
+    local.abandon([done, running])
+    assert local.metrics().counters["cancelled"] >= 1
+    with pytest.raises(KeyError):
+        local.wait(done)
+    with pytest.raises(KeyError):
+        local.wait(running)

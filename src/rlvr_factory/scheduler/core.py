@@ -176,6 +176,12 @@ class Scheduler:
         self._finish(job, "cancelled", error="cancelled by the caller")
         return True
 
+    def abandon(self, job_ids: Iterable[int]) -> None:
+        """Cancel these jobs where still pending and drop their unclaimed results (an interrupted batch)."""
+        for job_id in job_ids:
+            self.cancel(job_id)
+            self._done.pop(job_id, None)
+
     # Results
 
     def as_completed(self, job_ids: Iterable[int] | None = None) -> Iterator[JobResult]:

@@ -89,6 +89,7 @@ class VerifierPool:
         self.workers = workers
         self.timeout = timeout
         self.max_input_chars = max_input_chars
+        self.memory_limit_mb = memory_limit_mb
         self._check = FullCheck(verifier)
         self.scheduler: Scheduler = create_scheduler(
             {**settings, "workers": workers, "timeout_seconds": timeout}, memory_limit_mb
@@ -171,15 +172,14 @@ class VerifierPool:
         return score
 
     def _run(self, pairs: list[Pair]) -> list[Score]:
-        """The full check of each pair as a job, in order; on an interruption its jobs are cancelled."""
+        """The full check of each pair as a job, in order; on an interruption its jobs are abandoned."""
         self._stats["dispatched"] += len(pairs)
         ids: list[int] = []
         try:
             ids.extend(self.scheduler.submit(self._check, (completion, gold)) for gold, completion in pairs)
             return [self._verdict(r) for r in self.scheduler.results(ids)]
         except BaseException:
-            for job_id in ids:
-                self.scheduler.cancel(job_id)
+            self.scheduler.abandon(ids)
             raise
 
     def _verdict(self, result: JobResult) -> Score:
