@@ -187,7 +187,7 @@ class Scheduler:
     def as_completed(self, job_ids: Iterable[int] | None = None) -> Iterator[JobResult]:
         """Each result of these jobs (default: all not yet handed out) as it finishes, exactly once."""
         waiting = set(self._pending) | set(self._done) if job_ids is None else set(job_ids)
-        unknown = waiting - set(self._pending) - set(self._done)
+        unknown = [i for i in waiting if i not in self._pending and i not in self._done]
         if unknown:
             raise KeyError(f"no pending or unclaimed result for job ids {sorted(unknown)[:10]}")
         while waiting:
@@ -321,7 +321,12 @@ class Scheduler:
         was_idle = not slot.jobs
         slot.jobs.extend(jobs)
         if not self.backend.send(slot.worker, definitions, [(j.id, j.fn_id, j.payload, j.timeout) for j in jobs]):
-            self._lost(slot, "the worker could not be reached", started=not was_idle)
+            # The worker is gone; the results it sent before dying are still to be read, and then its
+            # end (`lost`) tells which job it died in. These jobs never reached it: back to the queue.
+            for _ in jobs:
+                slot.jobs.pop()
+            self._queue.extendleft(reversed(jobs))
+            self._release_cpus(slot)
             return
         slot.known |= definitions.keys()
         if definitions:
@@ -365,11 +370,7 @@ class Scheduler:
             self._retry_or_finish(job, "infra_error", value, seconds)
 
     def _on_lost(self, slot: _Slot, reason: str) -> None:
-        self._lost(slot, reason, started=True)
-
-    def _lost(self, slot: _Slot, reason: str, started: bool) -> None:
-        """A worker died or could not be reached: replace it; its running job failed (if it had
-        started one), the jobs queued behind go back to the queue."""
+        """A worker died: replace it; the job it was running failed, the jobs queued behind it go back."""
         if not slot.ready:
             self.backend.stop(slot.worker)
             raise RuntimeError(
@@ -377,7 +378,7 @@ class Scheduler:
                 "functions unpickle in a fresh interpreter and that the main script runs its work under "
                 "`if __name__ == '__main__':`"
             )
-        head = slot.jobs[0] if slot.jobs and started and not slot.loading else None
+        head = slot.jobs[0] if slot.jobs and not slot.loading else None
         self._replace(slot, skip=head)
         if head is not None and not head.cancelled:
             head.attempts += 1
