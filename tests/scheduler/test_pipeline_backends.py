@@ -23,6 +23,7 @@ def test_the_embedded_default_runs_end_to_end_with_the_ray_backend(ray_cluster, 
     project = make_project(tmp_path)
     params = copy.deepcopy(TINY_PARAMS)
     params["verify"] = {"scheduler": {"backend": "ray"}}
+    verification.close_pools()  # earlier runs' pools in this process
     try:
         run_pipeline(project, params)
         pools = list(verification._pools.values())
