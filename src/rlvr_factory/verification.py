@@ -1,13 +1,18 @@
-"""Verify a batch of completions of one domain through a worker pool with hard time limits.
+"""Verify a batch of completions of one domain through a verifier pool on the task scheduler.
 
 One pool per verifier configuration lives for the whole process: its workers start when a
 symbolic check is first needed and then serve every later batch (rollouts of each round,
 validation, evaluation), and its cache spans the run. The pools close at exit.
+
+The `verify` parameters: `workers`, `timeout_seconds`, `max_input_chars`, and `scheduler`
+(`backend`: local|ray, `retry`, `ray`: {address, num_cpus}, ...; see
+`rlvr_factory.scheduler.create_scheduler`).
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import pickle
 from typing import Any, Sequence
 
@@ -15,17 +20,20 @@ from rlvr_factory.domains.base import Domain
 from rlvr_factory.verifiers.pool import Verifier, VerifierPool
 from rlvr_factory.verifiers.score import Score
 
-_pools: dict[tuple[bytes, int, float, int], VerifierPool] = {}
+_pools: dict[tuple[bytes, int, float, int, str], VerifierPool] = {}
 
 
 def shared_pool(verifier: Verifier, verify: dict[str, Any]) -> VerifierPool:
-    """The process's pool for this verifier and `verify` settings (`workers`, `timeout_seconds`,
-    `max_input_chars`), created on first use."""
-    key = (pickle.dumps(verifier), verify["workers"], verify["timeout_seconds"], verify["max_input_chars"])
+    """The process's pool for this verifier and `verify` settings, created on first use."""
+    scheduler = verify.get("scheduler") or {}
+    key = (
+        pickle.dumps(verifier), verify["workers"], verify["timeout_seconds"], verify["max_input_chars"],
+        json.dumps(scheduler, sort_keys=True),
+    )
     if key not in _pools:
         _pools[key] = VerifierPool(
             verifier, workers=verify["workers"], timeout=verify["timeout_seconds"],
-            max_input_chars=verify["max_input_chars"],
+            max_input_chars=verify["max_input_chars"], scheduler=scheduler,
         )
     return _pools[key]
 
@@ -39,9 +47,15 @@ def close_pools() -> None:
 
 def verify_batch(
     domain: Domain, completions: Sequence[str], references: Sequence[dict[str, Any]], verify: dict[str, Any]
-) -> tuple[list[Score], dict[str, int]]:
-    """Scores for each (completion, reference) pair, in order, and this batch's pool counters."""
+) -> tuple[list[Score], dict[str, float]]:
+    """Scores for each (completion, reference) pair, in order, and this batch's operational stats:
+    the pool's counters and, as `scheduler_<metric>`, the scheduler's over the batch (jobs per
+    second, retries, timeouts, infra failures, peak queue depth and in-flight jobs, utilisation)."""
     pool = shared_pool(domain.verifier, verify)
-    before = pool.stats
+    before, window_start = pool.stats, pool.scheduler.metrics(reset_peaks=True)
     scores = pool.score_many([(c, domain.gold(r)) for c, r in zip(completions, references, strict=True)])
-    return scores, {k: v - before[k] for k, v in pool.stats.items()}
+    window = pool.scheduler.metrics().since(window_start)
+    return scores, {
+        **{k: v - before[k] for k, v in pool.stats.items()},
+        **{f"scheduler_{k}": v for k, v in window.items()},
+    }

@@ -69,7 +69,10 @@ def rollout(policy: Policy, train_tasks: pd.DataFrame, rl: dict, round_index: in
 def verify(rollouts: pd.DataFrame, train_tasks: pd.DataFrame, domain: dict, verify: dict) -> tuple[pd.DataFrame, dict]:
     """Score every completion with the domain's verifier through the pool (the `scored` table).
 
-    `verify_ms` is the batch's verification time shared out per completion.
+    `verify_ms` is the batch's verification time shared out per completion. The stats carry the
+    pool's counters and the scheduler's metrics over the batch (`verify_scheduler_*`: jobs per
+    second, retries, timeouts, infra failures, peak queue depth and in-flight, utilisation); a
+    check that failed for infrastructure reasons on every attempt has status `infra_error`.
     """
     references = dict(zip(train_tasks["task_id"], train_tasks["reference"].map(json.loads)))
     start = time.perf_counter()
