@@ -279,3 +279,23 @@ def test_an_entropy_bonus_raises_the_entropy_of_the_policy(contrast):
             stats = rl_update(policy, samples, UpdateConfig(lr=1e-2, entropy_coef=coef))
         entropies[coef] = rl_update(policy, samples, UpdateConfig(lr=0.0))["entropy"]
     assert entropies[1.0] > entropies[0.0] + 1e-3
+
+
+@pytest.mark.parametrize("mask", [False, True])
+def test_skipping_samples_without_gradient_gives_the_same_update_and_stats(mask):
+    results = []
+    for skip in (False, True):
+        policy = make_tiny_policy()
+        samples = _round_samples(policy.tokenizer)
+        samples[4:8] = [Sample("t1", s.prompt_ids, s.completion_ids, 1.0) for s in samples[4:8]]  # no spread
+        samples[0].truncated = True
+        config = UpdateConfig(lr=1e-2, minibatch_size=6, micro_batch_size=4, epochs=2, skip_zero_advantage=skip,
+                              mask_truncated=mask)
+        results.append((policy.model.state_dict(), rl_update(policy, samples, config)))
+    (full, full_stats), (skipped, skipped_stats) = results
+    assert full_stats["trained_sample_fraction"] == 1.0
+    assert skipped_stats["trained_sample_fraction"] == pytest.approx((8 - mask) / 12)
+    for name, value in full.items():
+        torch.testing.assert_close(skipped[name], value, atol=5e-5, rtol=1e-4, msg=name)
+    for key in ("loss", "entropy", "clip_fraction", "policy_drift_kl"):
+        assert skipped_stats[key] == pytest.approx(full_stats[key], rel=1e-4, abs=1e-6), key

@@ -44,6 +44,7 @@ class UpdateConfig:
     mask_truncated: bool = False  # leave completions cut off by the budget out of the loss (DAPO)
     overlong_cache_length: int = 0  # L_cache of DAPO's soft overlong penalty; 0 disables it
     overlong_max_length: int | None = None  # L_max of the penalty (the completion budget)
+    skip_zero_advantage: bool = True  # no backward pass for samples whose gradient is exactly zero
     max_grad_norm: float = 1.0  # global gradient-norm clip
     seed: int = 0  # minibatch order
 
@@ -138,6 +139,14 @@ def rl_update(
     # Dr. GRPO divides each sequence's loss sum by one constant: the longest completion of the round.
     norm_length = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
 
+    # Without a KL or entropy term in the loss, a sample whose advantage is 0 (or whose tokens are
+    # all masked) has zero gradient: it only needs a forward pass for the stats, not a backward one.
+    per_token_terms = kl_in_loss or config.entropy_coef > 0 or not config.skip_zero_advantage
+    active = [bool(a != 0) or per_token_terms for a in advantages]
+    if config.mask_truncated and config.skip_zero_advantage:
+        active = [a and not t for a, t in zip(active, truncated.tolist())]
+    ctx = _Context(config, device, pad_id, advantages, truncated, old_logp, ref_logp, norm_length)
+
     optimizer = make_optimizer(model, config.lr, config.weight_decay, (0.9, config.adam_beta2))
     if policy.optimizer_state is not None:
         optimizer.load_state_dict(policy.optimizer_state)
@@ -154,8 +163,8 @@ def rl_update(
             _, _, full_mask = join_prompt_completion([s.prompt_ids for s in part], [s.completion_ids for s in part], pad_id)
             if config.mask_truncated:
                 full_mask = mask_truncated(full_mask, truncated[idx])
-            units = loss_units(full_mask, config.loss_aggregation)  # shared by the micro-batches
-            tokens = loss_units(full_mask, "token-mean")
+            ctx.units = loss_units(full_mask, config.loss_aggregation)  # shared by the micro-batches
+            ctx.tokens = loss_units(full_mask, "token-mean")
             for group in optimizer.param_groups:
                 group["lr"] = config.lr * lr_factor("constant", global_step, config.warmup_steps, 0)
             global_step += 1
@@ -163,31 +172,13 @@ def rl_update(
             step = dict.fromkeys(keys, 0.0)
             for lo in range(0, len(idx), chunk):
                 micro = idx[lo : lo + chunk]
-                ids, attn, cmask = _batch([samples[i] for i in micro], pad_id, device)
-                if config.mask_truncated:
-                    cmask = mask_truncated(cmask, truncated[micro].to(device))
-                weight = float(cmask.sum()) / tokens
-                logp, entropy = token_logprobs(model, ids, attn, with_entropy=True, entropy_grad=config.entropy_coef > 0)
-                width = ids.shape[1]
-                old = logp.detach() if old_logp is None else _pad_rows([old_logp[i] for i in micro], width).to(device)
-                loss, clip_fraction = clipped_policy_loss(
-                    logp, old, advantages[micro].to(device), cmask, config.clip_low, config.clip_high,
-                    config.dual_clip, config.loss_aggregation, norm_length, units,
-                )
-                total = loss
-                if config.entropy_coef > 0:
-                    total = total - config.entropy_coef * aggregate_loss(entropy, cmask, config.loss_aggregation, norm_length, units)
-                if ref_logp is not None:
-                    ref = _pad_rows([ref_logp[i] for i in micro], width).to(device)
-                    kl_tokens = kl_penalty(logp, ref, config.kl_kind)
-                    if kl_in_loss:
-                        total = total + config.kl_coef * aggregate_loss(kl_tokens, cmask, config.loss_aggregation, norm_length, units)
-                    step["kl"] += float(masked_mean(kl_tokens.detach(), cmask)) * weight
-                total.backward()
-                step["loss"] += float(loss.detach())
-                step["clip_fraction"] += float(clip_fraction) * weight
-                step["entropy"] += float(masked_mean(entropy.detach(), cmask)) * weight
-                step["policy_drift_kl"] += float(masked_mean(kl_penalty(logp.detach(), old, "k3"), cmask)) * weight
+                for rows, train in (([i for i in micro if active[i]], True), ([i for i in micro if not active[i]], False)):
+                    if rows:
+                        with torch.enable_grad() if train else torch.inference_mode():
+                            _micro_step(model, [samples[i] for i in rows], rows, train, step, ctx)
+            for p in model.parameters():  # a minibatch without gradient still steps Adam's moments
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
             step["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm))
             optimizer.step()
             for key in keys:
@@ -200,4 +191,52 @@ def rl_update(
     stats["advantage_abs_mean"] = float(advantages.abs().mean())
     stats["optimizer_steps"] = float(steps)
     stats["masked_truncated"] = float(truncated.sum()) if config.mask_truncated else 0.0
+    stats["trained_sample_fraction"] = sum(active) / len(samples)
     return stats
+
+
+@dataclass
+class _Context:
+    """What every micro-step of a round reads; `units` and `tokens` are set per minibatch."""
+
+    config: UpdateConfig
+    device: torch.device
+    pad_id: int
+    advantages: torch.Tensor
+    truncated: torch.Tensor
+    old_logp: list[torch.Tensor] | None
+    ref_logp: list[torch.Tensor] | None
+    norm_length: int
+    units: float = 1.0
+    tokens: float = 1.0
+
+
+def _micro_step(model, part: list[Sample], rows: list[int], train: bool, step: dict[str, float], ctx: _Context) -> None:
+    """Loss of one micro-batch (backpropagated when `train`) and its share of the minibatch's stats."""
+    config = ctx.config
+    ids, attn, cmask = _batch(part, ctx.pad_id, ctx.device)
+    if config.mask_truncated:
+        cmask = mask_truncated(cmask, ctx.truncated[rows].to(ctx.device))
+    weight = float(cmask.sum()) / ctx.tokens
+    logp, entropy = token_logprobs(model, ids, attn, with_entropy=True, entropy_grad=train and config.entropy_coef > 0)
+    width = ids.shape[1]
+    old = logp.detach() if ctx.old_logp is None else _pad_rows([ctx.old_logp[i] for i in rows], width).to(ctx.device)
+    loss, clip_fraction = clipped_policy_loss(
+        logp, old, ctx.advantages[rows].to(ctx.device), cmask, config.clip_low, config.clip_high,
+        config.dual_clip, config.loss_aggregation, ctx.norm_length, ctx.units,
+    )
+    total = loss
+    if config.entropy_coef > 0:
+        total = total - config.entropy_coef * aggregate_loss(entropy, cmask, config.loss_aggregation, ctx.norm_length, ctx.units)
+    if ctx.ref_logp is not None:
+        ref = _pad_rows([ctx.ref_logp[i] for i in rows], width).to(ctx.device)
+        kl_tokens = kl_penalty(logp, ref, config.kl_kind)
+        if config.kl_placement == "loss":
+            total = total + config.kl_coef * aggregate_loss(kl_tokens, cmask, config.loss_aggregation, ctx.norm_length, ctx.units)
+        step["kl"] += float(masked_mean(kl_tokens.detach(), cmask)) * weight
+    if train:
+        total.backward()
+    step["loss"] += float(loss.detach())
+    step["clip_fraction"] += float(clip_fraction) * weight
+    step["entropy"] += float(masked_mean(entropy.detach(), cmask)) * weight
+    step["policy_drift_kl"] += float(masked_mean(kl_penalty(logp.detach(), old, "k3"), cmask)) * weight

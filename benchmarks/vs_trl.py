@@ -1,0 +1,193 @@
+"""Seconds per RL step: ours (`generate` + `verify_batch` + `rl_update`) vs TRL's `GRPOTrainer`.
+
+    pip install -e ".[bench]"   # TRL
+    python benchmarks/vs_trl.py [--prompts 16] [--generations 8] [--max-new-tokens 40] [--steps 3]
+
+Both sides get an identical copy of the same tiny Llama (the embedded default architecture,
+seeded initialisation), the same arithmetic train prompts, the same group size and
+completion budget, the same verifier as reward, fp32 on the CPU, one optimizer step per
+generation batch, no KL (TRL's default beta=0; ours kl_coef=0) and token-mean loss (TRL's
+default `dapo` loss). The two sides alternate `--repeats` times (so a busy machine slows both
+alike); each run makes one warm-up step, then `--steps` timed steps. The table gives the median
+and minimum seconds per step and where it goes: generation, reward (verification), forward
+passes outside generation (log-probs), and the rest (backward, optimizer, glue).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import statistics
+import time
+from collections import defaultdict
+
+import torch
+
+from rlvr_factory.domains.arithmetic import ArithmeticDomain
+from rlvr_factory.models.policy import Policy
+from rlvr_factory.models.tiny import TinyModelConfig, build_tiny_model
+from rlvr_factory.models.tokenizer import build_byte_tokenizer
+from rlvr_factory.rollout.hf import SamplingConfig, generate
+from rlvr_factory.training.grpo import Sample, UpdateConfig, rl_update
+from rlvr_factory.verification import verify_batch
+
+VERIFY = {"workers": 1, "timeout_seconds": 5.0, "max_input_chars": 4000}
+LEVELS = {1: {"digits": 1, "operands": 2, "ops": "+-"}, 2: {"digits": 2, "operands": 2, "ops": "+-*"}}
+
+
+class PhaseTimer:
+    """Seconds per phase; the model's forward passes outside generation count as `forward`."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.current: str | None = None
+        self._start = 0.0
+        model.register_forward_pre_hook(self._pre)
+        model.register_forward_hook(self._post)
+
+    def _pre(self, *_):
+        self._start = time.perf_counter()
+
+    def _post(self, *_):
+        if self.current != "generation":
+            self.seconds["forward"] += time.perf_counter() - self._start
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        previous, self.current = self.current, name
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - start
+            self.current = previous
+
+    def wrap(self, name: str, func):
+        def timed(*args, **kwargs):
+            with self.phase(name):
+                return func(*args, **kwargs)
+        return timed
+
+
+def make_model(seed: int):
+    tokenizer = build_byte_tokenizer()
+    model = build_tiny_model(TinyModelConfig(), len(tokenizer), tokenizer.pad_token_id, tokenizer.bos_token_id,
+                             tokenizer.eos_token_id, seed)
+    return model, tokenizer
+
+
+def run_ours(model, tokenizer, domain, batches, args) -> tuple[list[float], list[dict[str, float]], float]:
+    policy = Policy(model, tokenizer)
+    timer = PhaseTimer(model)
+    config = UpdateConfig(lr=1e-5, minibatch_size=args.prompts * args.generations, warmup_steps=0)
+    steps, phases, lengths = [], [], []
+    for k, tasks in enumerate(batches):
+        timer.seconds.clear()
+        start = time.perf_counter()
+        with timer.phase("generation"):
+            completions, _ = generate(policy, [t.prompt for t in tasks], args.generations,
+                                      SamplingConfig(max_new_tokens=args.max_new_tokens, batch_size=512, seed=k))
+        with timer.phase("reward"):
+            scores, _ = verify_batch(domain, [c.text for c in completions],
+                                     [tasks[c.prompt_index].reference for c in completions], VERIFY)
+        samples = [Sample(tasks[c.prompt_index].task_id, c.prompt_ids, c.completion_ids, s.reward)
+                   for c, s in zip(completions, scores)]
+        with timer.phase("update"):
+            rl_update(policy, samples, config)
+        steps.append(time.perf_counter() - start)
+        phases.append(dict(timer.seconds))
+        lengths += [len(c.completion_ids) for c in completions]
+    return steps, phases, statistics.mean(lengths)
+
+
+def run_trl(model, tokenizer, domain, batches, args) -> tuple[list[float], list[dict[str, float]], float]:
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    rows = [{"prompt": [{"role": "user", "content": t.prompt}], "answer": t.reference["answer"]}
+            for tasks in batches for t in tasks]
+    lengths: list[int] = []
+
+    def reward(prompts, completions, completion_ids, answer, **_):
+        texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+        lengths.extend(len(ids) for ids in completion_ids)
+        scores, _ = verify_batch(domain, texts, [{"answer": a} for a in answer], VERIFY)
+        return [s.reward for s in scores]
+
+    steps: list[float] = []
+    phases: list[dict[str, float]] = []
+
+    class StepTimes(TrainerCallback):
+        def on_step_begin(self, *_, **__):
+            timer.seconds.clear()
+            self.start = time.perf_counter()
+
+        def on_step_end(self, *_, **__):
+            steps.append(time.perf_counter() - self.start)
+            phases.append(dict(timer.seconds))
+
+    batch = args.prompts * args.generations
+    config = GRPOConfig(
+        output_dir=args.trl_output_dir, use_cpu=True, bf16=False, fp16=False, report_to="none", logging_steps=10**6,
+        save_strategy="no", per_device_train_batch_size=batch, gradient_accumulation_steps=1, steps_per_generation=1,
+        num_generations=args.generations, max_completion_length=args.max_new_tokens, temperature=1.0, top_p=1.0,
+        learning_rate=1e-5, beta=0.0, loss_type="dapo", max_steps=len(batches), seed=0, dataloader_num_workers=0,
+        shuffle_dataset=False, disable_tqdm=True,
+    )
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=Dataset.from_list(rows),
+                          processing_class=tokenizer, callbacks=[StepTimes()])
+    timer = PhaseTimer(trainer.model)
+    trainer._generate = timer.wrap("generation", trainer._generate)
+    trainer._calculate_rewards = timer.wrap("reward", trainer._calculate_rewards)
+    trainer.train()
+    return steps, phases, statistics.mean(lengths)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=16, help="prompts per step")
+    parser.add_argument("--generations", type=int, default=8, help="completions per prompt (G)")
+    parser.add_argument("--max-new-tokens", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up step")
+    parser.add_argument("--repeats", type=int, default=2, help="alternating runs of each framework")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (both sides)")
+    parser.add_argument("--trl-output-dir", default="/tmp/vs_trl")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    domain = ArithmeticDomain(LEVELS, {"train": args.prompts * (args.steps + 1)}, seed=0)
+    tasks = domain.generate_tasks()
+    batches = [tasks[i : i + args.prompts] for i in range(0, len(tasks), args.prompts)]
+    model, tokenizer = make_model(seed=0)
+    steps: dict[str, list[float]] = defaultdict(list)
+    phases: dict[str, list[dict[str, float]]] = defaultdict(list)
+    lengths: dict[str, list[float]] = defaultdict(list)
+    for _ in range(args.repeats):  # alternate the two, so a busy machine slows both alike
+        for name, run in (("ours", run_ours), ("trl", run_trl)):
+            torch.manual_seed(0)
+            times, per_step, mean_length = run(copy.deepcopy(model), tokenizer, domain, batches, args)
+            steps[name] += times[1:]  # the first step of each run is a warm-up
+            phases[name] += per_step[1:]
+            lengths[name].append(mean_length)
+
+    import trl
+    print(f"one RL step: {args.prompts} prompts x {args.generations} generations, <= {args.max_new_tokens} new tokens, "
+          f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M-parameter Llama, fp32 CPU, "
+          f"{args.threads} thread(s), trl {trl.__version__}; {args.repeats} alternating runs of {args.steps} timed steps")
+    print(f"{'framework':<10} {'median s':>9} {'min s':>7} {'generation':>11} {'reward':>8} {'forward':>8} {'rest':>8} {'mean len':>9}")
+    median = {}
+    for name in ("ours", "trl"):
+        median[name] = statistics.median(steps[name])
+        mean = {k: statistics.mean(p.get(k, 0.0) for p in phases[name]) for k in ("generation", "reward", "forward")}
+        rest = statistics.mean(steps[name]) - sum(mean.values())
+        print(f"{name:<10} {median[name]:>9.3f} {min(steps[name]):>7.3f} {mean['generation']:>11.3f} {mean['reward']:>8.3f} "
+              f"{mean['forward']:>8.3f} {rest:>8.3f} {statistics.mean(lengths[name]):>9.1f}")
+    print(f"speed-up (trl / ours), median s/step: {median['trl'] / median['ours']:.2f}x; "
+          f"min s/step: {min(steps['trl']) / min(steps['ours']):.2f}x")
+    print("(phases: mean seconds per timed step; forward = model forward passes outside generation (log-probs); "
+          "rest = backward + optimizer + glue)")
+
+if __name__ == "__main__":
+    main()
