@@ -3,14 +3,16 @@
     pip install -e ".[bench]"   # TRL
     python benchmarks/vs_trl.py [--prompts 16] [--generations 8] [--max-new-tokens 40] [--steps 3]
 
-Both sides get an identical copy of the same tiny Llama (the embedded default architecture,
-seeded initialisation), the same arithmetic train prompts, the same group size and
-completion budget, the same verifier as reward, fp32 on the CPU, one optimizer step per
-generation batch, no KL (TRL's default beta=0; ours kl_coef=0) and token-mean loss (TRL's
+Both sides get an identical copy of the same tiny Llama (`--model`, e.g. the pipeline's SFT
+policy, which earns some reward; default: the embedded architecture, freshly initialised),
+the same arithmetic train prompts, the same group size and completion budget, the same
+verifier as reward, fp32 on the CPU, one optimizer step per generation batch, no KL (TRL's default beta=0; ours kl_coef=0) and token-mean loss (TRL's
 default `dapo` loss). The two sides alternate `--repeats` times (so a busy machine slows both
 alike); each run makes one warm-up step, then `--steps` timed steps. The table gives the median
 and minimum seconds per step and where it goes: generation, reward (verification), forward
-passes outside generation (log-probs), and the rest (backward, optimizer, glue).
+passes outside generation (log-probs), and the rest (backward, optimizer, glue). A third row,
+"ours, no skip", turns `skip_zero_advantage` off to show what skipping the backward pass of
+zero-advantage samples saves.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections import defaultdict
 import torch
 
 from rlvr_factory.domains.arithmetic import ArithmeticDomain
-from rlvr_factory.models.policy import Policy
+from rlvr_factory.models.policy import Policy, load_policy
 from rlvr_factory.models.tiny import TinyModelConfig, build_tiny_model
 from rlvr_factory.models.tokenizer import build_byte_tokenizer
 from rlvr_factory.rollout.hf import SamplingConfig, generate
@@ -70,18 +72,23 @@ class PhaseTimer:
         return timed
 
 
-def make_model(seed: int):
+def make_model(path: str | None, seed: int = 0):
+    """The policy at `path` (e.g. the pipeline's SFT policy), or a freshly initialised tiny Llama."""
+    if path:
+        policy = load_policy(path, device="cpu")
+        return policy.model, policy.tokenizer
     tokenizer = build_byte_tokenizer()
     model = build_tiny_model(TinyModelConfig(), len(tokenizer), tokenizer.pad_token_id, tokenizer.bos_token_id,
                              tokenizer.eos_token_id, seed)
     return model, tokenizer
 
 
-def run_ours(model, tokenizer, domain, batches, args) -> tuple[list[float], list[dict[str, float]], float]:
+def run_ours(model, tokenizer, domain, batches, args, skip: bool = True) -> tuple[list[float], list[dict[str, float]], float, float]:
     policy = Policy(model, tokenizer)
     timer = PhaseTimer(model)
-    config = UpdateConfig(lr=1e-5, minibatch_size=args.prompts * args.generations, warmup_steps=0)
-    steps, phases, lengths = [], [], []
+    config = UpdateConfig(lr=1e-5, minibatch_size=args.prompts * args.generations, warmup_steps=0,
+                          skip_zero_advantage=skip)
+    steps, phases, lengths, rewards = [], [], [], []
     for k, tasks in enumerate(batches):
         timer.seconds.clear()
         start = time.perf_counter()
@@ -93,15 +100,16 @@ def run_ours(model, tokenizer, domain, batches, args) -> tuple[list[float], list
                                      [tasks[c.prompt_index].reference for c in completions], VERIFY)
         samples = [Sample(tasks[c.prompt_index].task_id, c.prompt_ids, c.completion_ids, s.reward)
                    for c, s in zip(completions, scores)]
+        rewards += [s.reward for s in scores]
         with timer.phase("update"):
             rl_update(policy, samples, config)
         steps.append(time.perf_counter() - start)
         phases.append(dict(timer.seconds))
         lengths += [len(c.completion_ids) for c in completions]
-    return steps, phases, statistics.mean(lengths)
+    return steps, phases, statistics.mean(lengths), statistics.mean(rewards)
 
 
-def run_trl(model, tokenizer, domain, batches, args) -> tuple[list[float], list[dict[str, float]], float]:
+def run_trl(model, tokenizer, domain, batches, args) -> tuple[list[float], list[dict[str, float]], float, float]:
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -109,11 +117,13 @@ def run_trl(model, tokenizer, domain, batches, args) -> tuple[list[float], list[
     rows = [{"prompt": [{"role": "user", "content": t.prompt}], "answer": t.reference["answer"]}
             for tasks in batches for t in tasks]
     lengths: list[int] = []
+    rewards: list[float] = []
 
     def reward(prompts, completions, completion_ids, answer, **_):
         texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
         lengths.extend(len(ids) for ids in completion_ids)
         scores, _ = verify_batch(domain, texts, [{"answer": a} for a in answer], VERIFY)
+        rewards.extend(s.reward for s in scores)
         return [s.reward for s in scores]
 
     steps: list[float] = []
@@ -142,7 +152,7 @@ def run_trl(model, tokenizer, domain, batches, args) -> tuple[list[float], list[
     trainer._generate = timer.wrap("generation", trainer._generate)
     trainer._calculate_rewards = timer.wrap("reward", trainer._calculate_rewards)
     trainer.train()
-    return steps, phases, statistics.mean(lengths)
+    return steps, phases, statistics.mean(lengths), statistics.mean(rewards)
 
 
 def main() -> None:
@@ -154,38 +164,47 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="alternating runs of each framework")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (both sides)")
     parser.add_argument("--trl-output-dir", default="/tmp/vs_trl")
+    parser.add_argument("--model", default=None,
+                        help="policy directory, e.g. data/06_models/sft_policy (default: a fresh tiny Llama)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
     domain = ArithmeticDomain(LEVELS, {"train": args.prompts * (args.steps + 1)}, seed=0)
     tasks = domain.generate_tasks()
     batches = [tasks[i : i + args.prompts] for i in range(0, len(tasks), args.prompts)]
-    model, tokenizer = make_model(seed=0)
+    model, tokenizer = make_model(args.model)
+    runners = {"ours": run_ours, "ours, no skip": lambda *a: run_ours(*a, skip=False), "trl": run_trl}
     steps: dict[str, list[float]] = defaultdict(list)
     phases: dict[str, list[dict[str, float]]] = defaultdict(list)
     lengths: dict[str, list[float]] = defaultdict(list)
-    for _ in range(args.repeats):  # alternate the two, so a busy machine slows both alike
-        for name, run in (("ours", run_ours), ("trl", run_trl)):
+    rewards: dict[str, list[float]] = defaultdict(list)
+    for _ in range(args.repeats):  # alternate the runs, so a busy machine slows each alike
+        for name, run in runners.items():
             torch.manual_seed(0)
-            times, per_step, mean_length = run(copy.deepcopy(model), tokenizer, domain, batches, args)
+            times, per_step, mean_length, mean_reward = run(copy.deepcopy(model), tokenizer, domain, batches, args)
             steps[name] += times[1:]  # the first step of each run is a warm-up
             phases[name] += per_step[1:]
             lengths[name].append(mean_length)
+            rewards[name].append(mean_reward)
 
     import trl
     print(f"one RL step: {args.prompts} prompts x {args.generations} generations, <= {args.max_new_tokens} new tokens, "
-          f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M-parameter Llama, fp32 CPU, "
-          f"{args.threads} thread(s), trl {trl.__version__}; {args.repeats} alternating runs of {args.steps} timed steps")
-    print(f"{'framework':<10} {'median s':>9} {'min s':>7} {'generation':>11} {'reward':>8} {'forward':>8} {'rest':>8} {'mean len':>9}")
+          f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M-parameter Llama ({args.model or 'fresh init'}), "
+          f"fp32 CPU, {args.threads} thread(s), trl {trl.__version__}; {args.repeats} alternating runs of "
+          f"{args.steps} timed steps each")
+    print(f"| framework | median s/step | min s/step | generation | reward | forward | rest | mean len | mean reward |")
+    print("|---|---|---|---|---|---|---|---|---|")
     median = {}
-    for name in ("ours", "trl"):
+    for name in runners:
         median[name] = statistics.median(steps[name])
         mean = {k: statistics.mean(p.get(k, 0.0) for p in phases[name]) for k in ("generation", "reward", "forward")}
         rest = statistics.mean(steps[name]) - sum(mean.values())
-        print(f"{name:<10} {median[name]:>9.3f} {min(steps[name]):>7.3f} {mean['generation']:>11.3f} {mean['reward']:>8.3f} "
-              f"{mean['forward']:>8.3f} {rest:>8.3f} {statistics.mean(lengths[name]):>9.1f}")
-    print(f"speed-up (trl / ours), median s/step: {median['trl'] / median['ours']:.2f}x; "
-          f"min s/step: {min(steps['trl']) / min(steps['ours']):.2f}x")
+        print(f"| {name} | {median[name]:.3f} | {min(steps[name]):.3f} | {mean['generation']:.3f} | {mean['reward']:.3f} | "
+              f"{mean['forward']:.3f} | {rest:.3f} | {statistics.mean(lengths[name]):.1f} | "
+              f"{statistics.mean(rewards[name]):.3f} |")
+    for name in ("ours", "ours, no skip"):
+        print(f"speed-up of {name} over trl: median {median['trl'] / median[name]:.2f}x, "
+              f"min {min(steps['trl']) / min(steps[name]):.2f}x")
     print("(phases: mean seconds per timed step; forward = model forward passes outside generation (log-probs); "
           "rest = backward + optimizer + glue)")
 
