@@ -136,7 +136,7 @@ def rl_update(
         torch.tensor([groups[s.group] for s in samples]), torch.tensor([domains[s.domain] for s in samples]),
     )
     truncated = torch.tensor([s.truncated for s in samples])
-    # Dr. GRPO divides each sequence's loss sum by one constant: the longest completion of the round.
+    # Dr. GRPO divides each sequence's loss sum by one constant: here the widest prompt+completion of the round.
     norm_length = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
 
     # Without a KL or entropy term in the loss, a sample whose advantage is 0 (or whose tokens are
