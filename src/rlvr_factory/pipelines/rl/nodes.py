@@ -17,8 +17,8 @@ from rlvr_factory.rl.curriculum import prompt_order, update_pass_rates
 from rlvr_factory.rollout.dynamic import DynamicSampling, draw_groups
 from rlvr_factory.rollout.hf import SamplingConfig
 from rlvr_factory.training.grpo import UpdateConfig, rl_update
-from rlvr_factory.training.rounds import observed_pass_rates, round_metrics, samples_from_scored
 from rlvr_factory.training.lm import lr_factor, seed_everything
+from rlvr_factory.training.rounds import observed_pass_rates, round_metrics, samples_from_scored
 from rlvr_factory.verification import verify_batch
 
 log = logging.getLogger(__name__)
