@@ -107,7 +107,7 @@ def main() -> None:
         print(f"done: {name}", flush=True)
     print(f"\n{args.rounds} rounds x {args.prompts_per_round} prompts x 8 samples; validation on "
           f"{args.validation_size} tasks after each round; test split greedy accuracy of the final policy")
-    print(f"| variant | final val greedy acc | test greedy acc | s/round (rollout+verify+update) | s/round (wall) |")
+    print("| variant | final val greedy acc | test greedy acc | s/round (rollout+verify+update) | s/round (wall) |")
     print("|---|---|---|---|---|")
     for name, val, test, train, wall in rows:
         cells = [f"{val:.1%}" if val == val else "-", f"{test:.1%}", f"{train:.1f}" if train == train else "-",

@@ -192,7 +192,7 @@ def main() -> None:
           f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M-parameter Llama ({args.model or 'fresh init'}), "
           f"fp32 CPU, {args.threads} thread(s), trl {trl.__version__}; {args.repeats} alternating runs of "
           f"{args.steps} timed steps each")
-    print(f"| framework | median s/step | min s/step | generation | reward | forward | rest | mean len | mean reward |")
+    print("| framework | median s/step | min s/step | generation | reward | forward | rest | mean len | mean reward |")
     print("|---|---|---|---|---|---|---|---|---|")
     median = {}
     for name in runners:

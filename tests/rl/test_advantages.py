@@ -125,3 +125,9 @@ def test_domains_do_not_change_group_wise_estimators(name):
     rewards, groups = torch.tensor([1.0, 0.0, 3.0, 1.0, 2.0]), torch.tensor([0, 0, 1, 1, 1])
     domains = torch.tensor([0, 0, 1, 1, 1])
     assert torch.allclose(compute_advantages(name, rewards, groups, domains), compute_advantages(name, rewards, groups))
+
+
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "reinforce_pp"])
+def test_every_estimator_gives_a_lone_sample_and_an_all_equal_batch_zero(name):
+    assert compute_advantages(name, torch.tensor([0.7]), torch.tensor([0])).tolist() == [0.0]
+    assert compute_advantages(name, torch.tensor([0.5, 0.5, 0.5]), torch.tensor([0, 0, 1])).tolist() == [0.0] * 3

@@ -190,3 +190,8 @@ def test_loss_units_count_tokens_or_non_empty_rows():
     assert loss_units(mask, "token-mean") == 3.0
     assert loss_units(mask, "seq-mean-token-mean") == 2.0
     assert loss_units(torch.zeros(2, 2), "token-mean") == 1.0
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_every_mode_gives_zero_for_an_entirely_masked_batch(mode):
+    assert aggregate_loss(torch.full((2, 3), 7.0), torch.zeros(2, 3), mode).item() == 0.0

@@ -276,7 +276,7 @@ def test_an_entropy_bonus_raises_the_entropy_of_the_policy(contrast):
     for coef in (0.0, 1.0):
         policy = make_tiny_policy()
         for _ in range(3):
-            stats = rl_update(policy, samples, UpdateConfig(lr=1e-2, entropy_coef=coef))
+            rl_update(policy, samples, UpdateConfig(lr=1e-2, entropy_coef=coef))
         entropies[coef] = rl_update(policy, samples, UpdateConfig(lr=0.0))["entropy"]
     assert entropies[1.0] > entropies[0.0] + 1e-3
 
