@@ -107,3 +107,27 @@ def test_compute_advantages_selects_the_estimator_by_name(name, expected):
 def test_an_unknown_estimator_is_refused_by_name():
     with pytest.raises(ValueError, match="rloo"):
         compute_advantages("ppo", torch.tensor([1.0]), torch.tensor([0]))
+
+
+def test_domains_are_normalised_separately_for_reinforce_pp():
+    # domain 0 rewards in {0, 1}; domain 1 rewards in {0, 10}: each is scaled to unit std on its own
+    rewards = torch.tensor([1.0, 0.0, 10.0, 0.0])
+    groups = torch.tensor([0, 0, 1, 1])
+    per_domain = compute_advantages("reinforce_pp", rewards, groups, torch.tensor([0, 0, 1, 1]))
+    single = reinforce_pp_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]))
+    assert per_domain.tolist() == pytest.approx(single.tolist() * 2, rel=1e-5)  # up to eps
+    pooled = compute_advantages("reinforce_pp", rewards, groups)
+    assert abs(pooled[0].item()) < abs(pooled[2].item())  # pooled, the big-reward domain dominates
+
+
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo"])
+def test_domains_do_not_change_group_wise_estimators(name):
+    rewards, groups = torch.tensor([1.0, 0.0, 3.0, 1.0, 2.0]), torch.tensor([0, 0, 1, 1, 1])
+    domains = torch.tensor([0, 0, 1, 1, 1])
+    assert torch.allclose(compute_advantages(name, rewards, groups, domains), compute_advantages(name, rewards, groups))
+
+
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "reinforce_pp"])
+def test_every_estimator_gives_a_lone_sample_and_an_all_equal_batch_zero(name):
+    assert compute_advantages(name, torch.tensor([0.7]), torch.tensor([0])).tolist() == [0.0]
+    assert compute_advantages(name, torch.tensor([0.5, 0.5, 0.5]), torch.tensor([0, 0, 1])).tolist() == [0.0] * 3

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from rlvr_factory.rl.kl import kl_penalty
+from rlvr_factory.rl.kl import kl_penalty, kl_shaped_rewards
 
 # policy prob 0.5, reference prob 0.25: log r = log(ref / pi) = -log 2
 LOGP, REF = torch.tensor([math.log(0.5)]), torch.tensor([math.log(0.25)])
@@ -63,3 +63,26 @@ def test_gradient_flows_to_the_policy_log_probs():
 def test_an_unknown_kind_raises_value_error():
     with pytest.raises(ValueError, match="k4"):
         kl_penalty(LOGP, REF, "k4")
+
+
+# KL placed in the reward
+
+
+def test_kl_in_the_reward_subtracts_beta_times_the_summed_completion_kl():
+    logp = torch.tensor([[0.0, math.log(0.5), math.log(0.5)], [0.0, math.log(0.25), 0.0]])
+    ref = torch.tensor([[0.0, math.log(0.25), math.log(0.5)], [0.0, math.log(0.5), 9.0]])
+    mask = torch.tensor([[0, 1, 1], [0, 1, 0]])
+    shaped = kl_shaped_rewards(torch.tensor([1.0, 0.0]), logp, ref, mask, coef=0.5, kind="k1")
+    # row 0: k1 = log(0.5/0.25) + 0 = ln 2; row 1: k1 = log(0.25/0.5) = -ln 2 (masked 9.0 ignored)
+    assert shaped.tolist() == pytest.approx([1.0 - 0.5 * LN2, 0.0 + 0.5 * LN2])
+
+
+def test_kl_in_the_reward_is_a_constant_for_the_optimiser():
+    logp = torch.tensor([[math.log(0.5)]], requires_grad=True)
+    shaped = kl_shaped_rewards(torch.tensor([1.0]), logp, REF.unsqueeze(0), torch.ones(1, 1), coef=1.0)
+    assert not shaped.requires_grad
+
+
+def test_a_fully_masked_row_pays_no_kl_penalty():
+    shaped = kl_shaped_rewards(torch.tensor([0.3]), torch.zeros(1, 2), torch.ones(1, 2), torch.zeros(1, 2), coef=1.0)
+    assert shaped.tolist() == pytest.approx([0.3])

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from rlvr_factory.rl.losses import aggregate_loss, clipped_policy_loss, masked_mean
+from rlvr_factory.rl.losses import aggregate_loss, clipped_policy_loss, loss_units, masked_mean
 
 
 def one_token(ratio: float, advantage: float, **clip):
@@ -170,3 +170,28 @@ def test_dual_clip_leaves_positive_advantages_alone():
 def test_dual_clip_must_exceed_one():
     with pytest.raises(ValueError, match="dual_clip"):
         clipped_policy_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.tensor([1.0]), torch.ones(1, 1), dual_clip=1.0)
+
+
+# The divisor, shared by micro-batches for gradient accumulation
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_micro_batch_aggregates_with_shared_units_sum_to_the_whole(mode):
+    loss = torch.tensor([[1.0, 3.0, 0.0, 0.0], [2.0, 2.0, 2.0, 6.0], [4.0, 0.0, 0.0, 0.0], [7.0, 7.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 0, 0]])
+    units = loss_units(mask, mode)
+    whole = aggregate_loss(loss, mask, mode, norm_length=4)
+    parts = sum(aggregate_loss(loss[i : i + 2], mask[i : i + 2], mode, norm_length=4, units=units) for i in (0, 2))
+    assert parts.item() == pytest.approx(whole.item())
+
+
+def test_loss_units_count_tokens_or_non_empty_rows():
+    mask = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 0, 0]])
+    assert loss_units(mask, "token-mean") == 3.0
+    assert loss_units(mask, "seq-mean-token-mean") == 2.0
+    assert loss_units(torch.zeros(2, 2), "token-mean") == 1.0
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_every_mode_gives_zero_for_an_entirely_masked_batch(mode):
+    assert aggregate_loss(torch.full((2, 3), 7.0), torch.zeros(2, 3), mode).item() == 0.0

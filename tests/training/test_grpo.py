@@ -153,3 +153,149 @@ def test_the_optimizer_uses_the_configured_second_moment_decay(tiny_policy, cont
     groups = tiny_policy.optimizer_state["param_groups"]
     assert [tuple(g["betas"]) for g in groups] == [(0.9, 0.98), (0.9, 0.98)]
     assert [g["weight_decay"] for g in groups] == [0.1, 0.0]
+
+
+# Gradient accumulation, length handling, KL in the reward
+
+
+def _round_samples(tokenizer) -> list[Sample]:
+    """Three prompts of four samples each, with uneven completion lengths and rewards."""
+    out = []
+    for g, (text, answers) in enumerate([("Compute 2+2", ["4", "5", "44", "4"]), ("Compute 3*3", ["9", "9", "8", "99"]),
+                                         ("Compute 1-1", ["0", "1", "0", "10"])]):
+        prompt = chat_prompt(tokenizer, text)
+        for k, a in enumerate(answers):
+            out.append(Sample(f"t{g}", prompt, answer(tokenizer, a), float(k % 2 == 0) + 0.1 * g))
+    return out
+
+
+@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_gradient_accumulation_gives_the_same_update_as_one_big_batch(aggregation):
+    results = []
+    for micro in (None, 2, 3):
+        policy = make_tiny_policy()
+        samples = _round_samples(policy.tokenizer)
+        config = UpdateConfig(lr=1e-2, minibatch_size=6, micro_batch_size=micro, epochs=2,
+                              loss_aggregation=aggregation, entropy_coef=0.01)
+        stats = rl_update(policy, samples, config)
+        results.append((policy.model.state_dict(), stats))
+    (base, base_stats), *others = results
+    for state, stats in others:
+        for name, value in base.items():
+            # Adam divides by sqrt(v), so float error on near-zero gradients shows at ~1e-5 (steps of ~1e-2)
+            torch.testing.assert_close(state[name], value, atol=5e-5, rtol=1e-4, msg=name)
+        assert stats["loss"] == pytest.approx(base_stats["loss"], abs=1e-5)
+        assert stats["entropy"] == pytest.approx(base_stats["entropy"], rel=1e-5)
+        assert stats["optimizer_steps"] == base_stats["optimizer_steps"] == 4
+
+
+def test_a_single_on_policy_step_skips_the_old_log_prob_pass_without_changing_the_update(tiny_policy):
+    samples = _round_samples(tiny_policy.tokenizer)
+    on_policy = copy.deepcopy(tiny_policy)
+    rl_update(on_policy, samples, UpdateConfig(lr=1e-2, minibatch_size=len(samples)))
+    # micro-batches of one force the old log-probs to be computed and padded separately
+    two_pass = copy.deepcopy(tiny_policy)
+    rl_update(two_pass, samples, UpdateConfig(lr=1e-2, minibatch_size=len(samples), epochs=1, kl_coef=1e-9,
+                                              kl_placement="reward"), reference=copy.deepcopy(tiny_policy.model))
+    for name, value in on_policy.model.state_dict().items():
+        torch.testing.assert_close(two_pass.model.state_dict()[name], value, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_masked_truncated_completions_weigh_as_if_they_were_not_there(contrast):
+    prompt, good, bad, samples = contrast
+    other = chat_prompt(make_tiny_policy().tokenizer, "Compute 9+9")
+    cut_off = [Sample("b", other, good, 1.0, truncated=True), Sample("b", other, bad, 0.0, truncated=True)]
+    masked, without = make_tiny_policy(), make_tiny_policy()
+    stats = rl_update(masked, samples + cut_off, UpdateConfig(lr=1e-2, mask_truncated=True))
+    rl_update(without, samples, UpdateConfig(lr=1e-2))
+    assert stats["masked_truncated"] == 2.0
+    for name, value in without.model.state_dict().items():
+        torch.testing.assert_close(masked.model.state_dict()[name], value, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_a_batch_of_only_truncated_completions_leaves_the_model_unchanged(tiny_policy, contrast):
+    prompt, good, bad, _ = contrast
+    samples = [Sample("a", prompt, good, 1.0, truncated=True), Sample("a", prompt, bad, 0.0, truncated=True)]
+    before = copy.deepcopy(tiny_policy.model.state_dict())
+    rl_update(tiny_policy, samples, UpdateConfig(lr=1e-2, mask_truncated=True))
+    for name, value in tiny_policy.model.state_dict().items():
+        assert torch.equal(value, before[name]), name
+
+
+def test_the_overlong_penalty_turns_equal_rewards_into_a_preference_for_the_shorter_answer(tiny_policy):
+    tokenizer = tiny_policy.tokenizer
+    prompt = chat_prompt(tokenizer, "Compute 2+2")
+    short, long = answer(tokenizer, "4"), answer(tokenizer, "4" * 9)  # 2 and 10 tokens
+    samples = [Sample("a", prompt, short, 1.0), Sample("a", prompt, long, 1.0)]
+    config = UpdateConfig(lr=1e-2, overlong_max_length=10, overlong_cache_length=4)
+    long_before = completion_logprob(tiny_policy, prompt, long)
+    stats = rl_update(tiny_policy, samples, config)
+    # the 10-token answer is at L_max: penalty (6 - 10) / 4 = -1; the short one is free
+    assert stats["overlong_penalty_mean"] == pytest.approx(-0.5)
+    assert stats["advantage_abs_mean"] > 0
+    assert completion_logprob(tiny_policy, prompt, long) < long_before
+
+
+def test_the_overlong_penalty_needs_its_max_length():
+    with pytest.raises(ValueError, match="overlong_max_length"):
+        UpdateConfig(overlong_cache_length=4)
+
+
+def test_kl_in_the_reward_penalises_samples_that_drifted_from_the_reference(tiny_policy, contrast):
+    prompt, good, _, _ = contrast
+    reference = copy.deepcopy(tiny_policy.model)
+    with torch.no_grad():  # move the policy so the two samples drift by different amounts
+        tiny_policy.model.lm_head.weight[good[0]] += 2.0
+    samples = [Sample("a", prompt, good, 1.0), Sample("a", prompt, answer(tiny_policy.tokenizer, "7"), 1.0)]
+    stats = rl_update(tiny_policy, samples, UpdateConfig(kl_coef=0.5, kl_kind="k1", kl_placement="reward"),
+                      reference=reference)
+    assert stats["kl_reward_penalty_mean"] != 0.0
+    assert stats["advantage_abs_mean"] > 0  # equal verifier rewards, different shaped rewards
+    in_loss = rl_update(make_tiny_policy(), samples, UpdateConfig(kl_coef=0.5), reference=reference)
+    assert in_loss["kl_reward_penalty_mean"] == 0.0 and in_loss["advantage_abs_mean"] == 0.0
+
+
+def test_an_unknown_kl_placement_is_refused():
+    with pytest.raises(ValueError, match="kl_placement"):
+        UpdateConfig(kl_placement="advantage")
+
+
+def test_advantages_are_normalised_per_domain(tiny_policy, contrast):
+    prompt, good, bad, _ = contrast
+    samples = [Sample("a", prompt, good, 1.0, domain="math"), Sample("a", prompt, bad, 0.0, domain="math"),
+               Sample("b", prompt, good, 10.0, domain="code"), Sample("b", prompt, bad, 0.0, domain="code")]
+    stats = rl_update(tiny_policy, samples, UpdateConfig(advantage_estimator="reinforce_pp"))
+    # each domain alone: centred [0.5, -0.5] / std -> |A| = 0.7071 for every sample
+    assert stats["advantage_abs_mean"] == pytest.approx(0.7071, abs=1e-3)
+
+
+def test_an_entropy_bonus_raises_the_entropy_of_the_policy(contrast):
+    prompt, good, bad, _ = contrast
+    samples = [Sample("a", prompt, good, 1.0), Sample("a", prompt, bad, 1.0)]  # no reward signal
+    entropies = {}
+    for coef in (0.0, 1.0):
+        policy = make_tiny_policy()
+        for _ in range(3):
+            rl_update(policy, samples, UpdateConfig(lr=1e-2, entropy_coef=coef))
+        entropies[coef] = rl_update(policy, samples, UpdateConfig(lr=0.0))["entropy"]
+    assert entropies[1.0] > entropies[0.0] + 1e-3
+
+
+@pytest.mark.parametrize("mask", [False, True])
+def test_skipping_samples_without_gradient_gives_the_same_update_and_stats(mask):
+    results = []
+    for skip in (False, True):
+        policy = make_tiny_policy()
+        samples = _round_samples(policy.tokenizer)
+        samples[4:8] = [Sample("t1", s.prompt_ids, s.completion_ids, 1.0) for s in samples[4:8]]  # no spread
+        samples[0].truncated = True
+        config = UpdateConfig(lr=1e-2, minibatch_size=6, micro_batch_size=4, epochs=2, skip_zero_advantage=skip,
+                              mask_truncated=mask)
+        results.append((policy.model.state_dict(), rl_update(policy, samples, config)))
+    (full, full_stats), (skipped, skipped_stats) = results
+    assert full_stats["trained_sample_fraction"] == 1.0
+    assert skipped_stats["trained_sample_fraction"] == pytest.approx((8 - mask) / 12)
+    for name, value in full.items():
+        torch.testing.assert_close(skipped[name], value, atol=5e-5, rtol=1e-4, msg=name)
+    for key in ("loss", "entropy", "clip_fraction", "policy_drift_kl"):
+        assert skipped_stats[key] == pytest.approx(full_stats[key], rel=1e-4, abs=1e-6), key

@@ -11,6 +11,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
+from rlvr_factory.models.lora import is_lora, load_adapter, merged_copy, save_unmerged
+
 STATE_FILE = "rlvr_state.json"
 OPTIMIZER_FILE = "optimizer.pt"
 
@@ -66,6 +68,7 @@ def load_policy(
         str(name_or_path), dtype=getattr(torch, dtype)
     ).to(resolve_device(device))
     state = json.loads((path / STATE_FILE).read_text()) if (path / STATE_FILE).exists() else {}
+    model = load_adapter(model, path)
     optimizer_state = None
     if with_optimizer and (path / OPTIMIZER_FILE).exists():
         optimizer_state = torch.load(path / OPTIMIZER_FILE, map_location=resolve_device(device))
@@ -75,14 +78,22 @@ def load_policy(
 def save_policy(policy: Policy, path: str | Path, with_optimizer: bool = False) -> None:
     """Save as an ordinary HF model directory (loadable by `AutoModelForCausalLM`).
 
-    The directory is written beside the target and renamed into place, so a run killed
-    mid-save never leaves a half-written policy behind.
+    A LoRA policy saved without its optimizer state (a final policy) has its adapters merged
+    into the weights; one saved with it (a checkpoint to resume) keeps the frozen base
+    weights and the adapter (`lora_adapter/`) apart, so training resumes on the same
+    adapter with its optimizer moments. The directory is written beside the target and
+    renamed into place, so a run killed mid-save never leaves a half-written policy behind.
     """
     path = Path(path)
     staging = path.with_name(path.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    policy.model.save_pretrained(staging)
+    if not is_lora(policy.model):
+        policy.model.save_pretrained(staging)
+    elif with_optimizer:
+        save_unmerged(policy.model, staging)
+    else:
+        merged_copy(policy.model).save_pretrained(staging)
     policy.tokenizer.save_pretrained(staging)
     (staging / STATE_FILE).write_text(json.dumps({"version": policy.version}))
     if with_optimizer and policy.optimizer_state is not None:

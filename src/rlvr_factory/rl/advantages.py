@@ -68,8 +68,7 @@ def reinforce_pp_advantages(
 ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp")
 
 
-def compute_advantages(estimator: str, rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
-    """Advantages by name: `grpo`, `dr_grpo` (no std division), `rloo` or `reinforce_pp`."""
+def _by_name(estimator: str, rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
     if estimator == "grpo":
         return grpo_advantages(rewards, group_ids, scale_by_std=True)
     if estimator == "dr_grpo":
@@ -79,3 +78,21 @@ def compute_advantages(estimator: str, rewards: torch.Tensor, group_ids: torch.T
     if estimator == "reinforce_pp":
         return reinforce_pp_advantages(rewards, group_ids)
     raise ValueError(f"advantage estimator must be one of {ESTIMATORS}, got {estimator!r}")
+
+
+def compute_advantages(
+    estimator: str, rewards: torch.Tensor, group_ids: torch.Tensor, domain_ids: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Advantages by name: `grpo`, `dr_grpo` (no std division), `rloo` or `reinforce_pp`.
+
+    With `domain_ids`, each domain's samples are normalised on their own, so one domain's
+    reward scale does not set another's step size (this matters for REINFORCE++, whose
+    normalisation is otherwise over the whole batch; group-wise estimators are unaffected).
+    """
+    if domain_ids is None:
+        return _by_name(estimator, rewards, group_ids)
+    advantages = torch.zeros_like(rewards, dtype=torch.float32)
+    for domain in torch.unique(domain_ids):
+        idx = domain_ids == domain
+        advantages[idx] = _by_name(estimator, rewards[idx], group_ids[idx])
+    return advantages

@@ -71,4 +71,4 @@ def generate(
             text = tokenizer.decode(row, skip_special_tokens=True)
             out.append(Completion(i, s, text, encoded[i], row, reason))
     seconds = time.perf_counter() - start
-    return out, {"seconds": seconds, "tokens_per_second": new_tokens / max(seconds, 1e-9)}
+    return out, {"seconds": seconds, "new_tokens": new_tokens, "tokens_per_second": new_tokens / max(seconds, 1e-9)}

@@ -1,8 +1,10 @@
-"""One RL update round: group-relative advantages, then PPO-clipped policy-gradient steps.
+"""One RL update round: shaped rewards, advantages, then PPO-clipped policy-gradient steps.
 
-Old log-probabilities are computed once per round; the round's samples are then swept
-in shuffled minibatches for `epochs` passes. The optimizer's moments persist across
-rounds in `Policy.optimizer_state`.
+Old log-probabilities are computed once per round (and not at all when the round is a
+single on-policy step, where they equal the current ones); the round's samples are then
+swept in shuffled minibatches for `epochs` passes, each minibatch optionally split into
+micro-batches whose gradients accumulate. The optimizer's moments persist across rounds
+in `Policy.optimizer_state`.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import torch
 
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.rl.advantages import compute_advantages
-from rlvr_factory.rl.kl import kl_penalty
-from rlvr_factory.rl.losses import clipped_policy_loss, masked_mean
+from rlvr_factory.rl.kl import KL_PLACEMENTS, kl_penalty, kl_shaped_rewards
+from rlvr_factory.rl.length import mask_truncated, overlong_penalty
+from rlvr_factory.rl.losses import aggregate_loss, clipped_policy_loss, loss_units, masked_mean
 from rlvr_factory.training.lm import join_prompt_completion, lr_factor, make_optimizer, minibatches, token_logprobs
 
 
@@ -28,16 +31,30 @@ class UpdateConfig:
     adam_beta2: float = 0.999  # second-moment decay; a long memory keeps rare large steps in check
     epochs: int = 1  # passes over the round's samples
     minibatch_size: int = 128  # samples per optimizer step
+    micro_batch_size: int | None = None  # samples per forward/backward; gradients accumulate to the minibatch
     clip_low: float = 0.2  # PPO ratio clip below 1
     clip_high: float = 0.2  # PPO ratio clip above 1 (DAPO clip-higher when larger)
     advantage_estimator: str = "grpo"  # grpo | dr_grpo | rloo | reinforce_pp
     loss_aggregation: str = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum-norm
     dual_clip: float | None = None  # cap on the loss of negative-advantage tokens (e.g. 3.0); None: off
-    kl_coef: float = 0.0  # weight of the KL-to-reference term in the loss; 0 disables it
+    kl_coef: float = 0.0  # weight of the KL to the reference; 0 disables it
     kl_kind: str = "k3"  # KL estimator: k1 | k2 | k3
+    kl_placement: str = "loss"  # loss: a term of the loss (GRPO); reward: a penalty on the reward (PPO-RLHF)
     entropy_coef: float = 0.0  # entropy bonus weight
+    mask_truncated: bool = False  # leave completions cut off by the budget out of the loss (DAPO)
+    overlong_cache_length: int = 0  # L_cache of DAPO's soft overlong penalty; 0 disables it
+    overlong_max_length: int | None = None  # L_max of the penalty (the completion budget)
+    skip_zero_advantage: bool = True  # no backward pass for samples whose gradient is exactly zero
     max_grad_norm: float = 1.0  # global gradient-norm clip
     seed: int = 0  # minibatch order
+
+    def __post_init__(self) -> None:
+        if self.kl_placement not in KL_PLACEMENTS:
+            raise ValueError(f"kl_placement must be one of {KL_PLACEMENTS}, got {self.kl_placement!r}")
+        if self.micro_batch_size is not None and self.micro_batch_size < 1:
+            raise ValueError(f"micro_batch_size must be >= 1 or null, got {self.micro_batch_size}")
+        if self.overlong_cache_length and self.overlong_max_length is None:
+            raise ValueError("the overlong penalty needs overlong_max_length (L_max), e.g. the sampling budget")
 
 
 @dataclass
@@ -46,21 +63,52 @@ class Sample:
     prompt_ids: list[int]
     completion_ids: list[int]
     reward: float
+    domain: str = ""  # advantages are normalised within each domain
+    truncated: bool = False  # the completion ran out of budget (finish_reason == "length")
 
 
-@torch.no_grad()
+def _batch(part: Sequence[Sample], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ids, attn, cmask = join_prompt_completion([s.prompt_ids for s in part], [s.completion_ids for s in part], pad_id)
+    return ids.to(device), attn.to(device), cmask.to(device)
+
+
+@torch.inference_mode()
 def _logprobs(model, batch: Sequence[Sample], pad_id: int, device, chunk: int) -> list[torch.Tensor]:
     out = []
     for lo in range(0, len(batch), chunk):
-        part = batch[lo : lo + chunk]
-        ids, attn, _ = join_prompt_completion([s.prompt_ids for s in part], [s.completion_ids for s in part], pad_id)
-        logp, _ = token_logprobs(model, ids.to(device), attn.to(device))
+        ids, attn, _ = _batch(batch[lo : lo + chunk], pad_id, device)
+        logp, _ = token_logprobs(model, ids, attn)
         out.extend(logp.cpu())
     return out
 
 
 def _pad_rows(rows: list[torch.Tensor], width: int) -> torch.Tensor:
     return torch.stack([torch.nn.functional.pad(r[:width], (0, max(0, width - len(r)))) for r in rows])
+
+
+def _shaped_rewards(
+    samples: Sequence[Sample], config: UpdateConfig, old_logp: list[torch.Tensor] | None,
+    ref_logp: list[torch.Tensor] | None, pad_id: int,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The verifier's rewards plus the overlong penalty and, with `kl_placement: reward`, minus the KL."""
+    rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+    stats = {"overlong_penalty_mean": 0.0, "kl_reward_penalty_mean": 0.0}
+    if config.overlong_cache_length:
+        penalty = overlong_penalty(
+            torch.tensor([len(s.completion_ids) for s in samples]), config.overlong_max_length,
+            config.overlong_cache_length,
+        )
+        rewards = rewards + penalty
+        stats["overlong_penalty_mean"] = float(penalty.mean())
+    if config.kl_coef > 0 and config.kl_placement == "reward":
+        _, _, cmask = join_prompt_completion([s.prompt_ids for s in samples], [s.completion_ids for s in samples], pad_id)
+        width = cmask.shape[1]
+        shaped = kl_shaped_rewards(
+            rewards, _pad_rows(old_logp, width), _pad_rows(ref_logp, width), cmask, config.kl_coef, config.kl_kind
+        )
+        stats["kl_reward_penalty_mean"] = float((rewards - shaped).mean())
+        rewards = shaped
+    return rewards, stats
 
 
 def rl_update(
@@ -72,14 +120,32 @@ def rl_update(
     if config.kl_coef > 0 and reference is None:
         raise ValueError("kl_coef > 0 needs a reference model")
     model, device, pad_id = policy.model, policy.device, policy.tokenizer.pad_token_id
-    groups = {g: i for i, g in enumerate(dict.fromkeys(s.group for s in samples))}
-    advantages = compute_advantages(
-        config.advantage_estimator,
-        torch.tensor([s.reward for s in samples]),
-        torch.tensor([groups[s.group] for s in samples]),
+    kl_in_loss = config.kl_coef > 0 and config.kl_placement == "loss"
+    chunk = config.micro_batch_size or config.minibatch_size
+    # One epoch over one minibatch is a single on-policy step: the old log-probs are the current ones.
+    on_policy = config.epochs == 1 and config.minibatch_size >= len(samples) and not (
+        config.kl_coef > 0 and config.kl_placement == "reward"
     )
-    old_logp = _logprobs(model, samples, pad_id, device, config.minibatch_size)
-    ref_logp = _logprobs(reference, samples, pad_id, device, config.minibatch_size) if config.kl_coef > 0 else None
+    old_logp = None if on_policy else _logprobs(model, samples, pad_id, device, chunk)
+    ref_logp = _logprobs(reference, samples, pad_id, device, chunk) if config.kl_coef > 0 else None
+    rewards, stats = _shaped_rewards(samples, config, old_logp, ref_logp, pad_id)
+    groups = {g: i for i, g in enumerate(dict.fromkeys(s.group for s in samples))}
+    domains = {d: i for i, d in enumerate(dict.fromkeys(s.domain for s in samples))}
+    advantages = compute_advantages(
+        config.advantage_estimator, rewards,
+        torch.tensor([groups[s.group] for s in samples]), torch.tensor([domains[s.domain] for s in samples]),
+    )
+    truncated = torch.tensor([s.truncated for s in samples])
+    # Dr. GRPO divides each sequence's loss sum by one constant: here the widest prompt+completion of the round.
+    norm_length = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+
+    # Without a KL or entropy term in the loss, a sample whose advantage is 0 (or whose tokens are
+    # all masked) has zero gradient: it only needs a forward pass for the stats, not a backward one.
+    per_token_terms = kl_in_loss or config.entropy_coef > 0 or not config.skip_zero_advantage
+    active = [bool(a != 0) or per_token_terms for a in advantages]
+    if config.mask_truncated and config.skip_zero_advantage:
+        active = [a and not t for a, t in zip(active, truncated.tolist())]
+    ctx = _Context(config, device, pad_id, advantages, truncated, old_logp, ref_logp, norm_length)
 
     optimizer = make_optimizer(model, config.lr, config.weight_decay, (0.9, config.adam_beta2))
     if policy.optimizer_state is not None:
@@ -87,44 +153,90 @@ def rl_update(
     rng = random.Random(config.seed)
     first_state = next(iter(optimizer.state.values()), {})
     global_step = int(first_state.get("step", 0))
-    totals = {"loss": 0.0, "clip_fraction": 0.0, "entropy": 0.0, "kl": 0.0, "policy_drift_kl": 0.0, "grad_norm": 0.0}
+    keys = ("loss", "clip_fraction", "entropy", "kl", "policy_drift_kl", "grad_norm")
+    totals = dict.fromkeys(keys, 0.0)
     steps = 0
     model.train()
     for _ in range(config.epochs):
         for idx in minibatches(len(samples), config.minibatch_size, rng):
             part = [samples[i] for i in idx]
-            ids, attn, cmask = join_prompt_completion(
-                [s.prompt_ids for s in part], [s.completion_ids for s in part], pad_id
-            )
-            ids, attn, cmask = ids.to(device), attn.to(device), cmask.to(device)
-            logp, entropy = token_logprobs(model, ids, attn, with_entropy=True)
-            width = ids.shape[1]
-            old = _pad_rows([old_logp[i] for i in idx], width).to(device)
-            loss, clip_fraction = clipped_policy_loss(
-                logp, old, advantages[idx].to(device), cmask, config.clip_low, config.clip_high,
-                config.dual_clip, config.loss_aggregation,
-            )
-            mean_entropy = masked_mean(entropy, cmask)
-            drift = masked_mean(kl_penalty(logp.detach(), old, "k3"), cmask)
-            kl = torch.zeros((), device=device)
-            if ref_logp is not None:
-                ref = _pad_rows([ref_logp[i] for i in idx], width).to(device)
-                kl = masked_mean(kl_penalty(logp, ref, config.kl_kind), cmask)
-            total = loss + config.kl_coef * kl - config.entropy_coef * mean_entropy
+            _, _, full_mask = join_prompt_completion([s.prompt_ids for s in part], [s.completion_ids for s in part], pad_id)
+            if config.mask_truncated:
+                full_mask = mask_truncated(full_mask, truncated[idx])
+            ctx.units = loss_units(full_mask, config.loss_aggregation)  # shared by the micro-batches
+            ctx.tokens = loss_units(full_mask, "token-mean")
             for group in optimizer.param_groups:
                 group["lr"] = config.lr * lr_factor("constant", global_step, config.warmup_steps, 0)
             global_step += 1
             optimizer.zero_grad(set_to_none=True)
-            total.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            step = dict.fromkeys(keys, 0.0)
+            for lo in range(0, len(idx), chunk):
+                micro = idx[lo : lo + chunk]
+                for rows, train in (([i for i in micro if active[i]], True), ([i for i in micro if not active[i]], False)):
+                    if rows:
+                        with torch.enable_grad() if train else torch.inference_mode():
+                            _micro_step(model, [samples[i] for i in rows], rows, train, step, ctx)
+            for p in model.parameters():  # a minibatch without gradient still steps Adam's moments
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            step["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm))
             optimizer.step()
-            for key, value in (("loss", loss), ("clip_fraction", clip_fraction), ("entropy", mean_entropy), ("kl", kl), ("policy_drift_kl", drift), ("grad_norm", grad_norm)):
-                totals[key] += float(value.detach())
+            for key in keys:
+                totals[key] += step[key]
             steps += 1
     model.eval()
     policy.optimizer_state = optimizer.state_dict()
     policy.version += 1
-    stats = {k: v / steps for k, v in totals.items()}
+    stats.update({k: v / steps for k, v in totals.items()})
     stats["advantage_abs_mean"] = float(advantages.abs().mean())
     stats["optimizer_steps"] = float(steps)
+    stats["masked_truncated"] = float(truncated.sum()) if config.mask_truncated else 0.0
+    stats["trained_sample_fraction"] = sum(active) / len(samples)
     return stats
+
+
+@dataclass
+class _Context:
+    """What every micro-step of a round reads; `units` and `tokens` are set per minibatch."""
+
+    config: UpdateConfig
+    device: torch.device
+    pad_id: int
+    advantages: torch.Tensor
+    truncated: torch.Tensor
+    old_logp: list[torch.Tensor] | None
+    ref_logp: list[torch.Tensor] | None
+    norm_length: int
+    units: float = 1.0
+    tokens: float = 1.0
+
+
+def _micro_step(model, part: list[Sample], rows: list[int], train: bool, step: dict[str, float], ctx: _Context) -> None:
+    """Loss of one micro-batch (backpropagated when `train`) and its share of the minibatch's stats."""
+    config = ctx.config
+    ids, attn, cmask = _batch(part, ctx.pad_id, ctx.device)
+    if config.mask_truncated:
+        cmask = mask_truncated(cmask, ctx.truncated[rows].to(ctx.device))
+    weight = float(cmask.sum()) / ctx.tokens
+    logp, entropy = token_logprobs(model, ids, attn, with_entropy=True, entropy_grad=train and config.entropy_coef > 0)
+    width = ids.shape[1]
+    old = logp.detach() if ctx.old_logp is None else _pad_rows([ctx.old_logp[i] for i in rows], width).to(ctx.device)
+    loss, clip_fraction = clipped_policy_loss(
+        logp, old, ctx.advantages[rows].to(ctx.device), cmask, config.clip_low, config.clip_high,
+        config.dual_clip, config.loss_aggregation, ctx.norm_length, ctx.units,
+    )
+    total = loss
+    if config.entropy_coef > 0:
+        total = total - config.entropy_coef * aggregate_loss(entropy, cmask, config.loss_aggregation, ctx.norm_length, ctx.units)
+    if ctx.ref_logp is not None:
+        ref = _pad_rows([ctx.ref_logp[i] for i in rows], width).to(ctx.device)
+        kl_tokens = kl_penalty(logp, ref, config.kl_kind)
+        if config.kl_placement == "loss":
+            total = total + config.kl_coef * aggregate_loss(kl_tokens, cmask, config.loss_aggregation, ctx.norm_length, ctx.units)
+        step["kl"] += float(masked_mean(kl_tokens.detach(), cmask)) * weight
+    if train:
+        total.backward()
+    step["loss"] += float(loss.detach())
+    step["clip_fraction"] += float(clip_fraction) * weight
+    step["entropy"] += float(masked_mean(entropy.detach(), cmask)) * weight
+    step["policy_drift_kl"] += float(masked_mean(kl_penalty(logp.detach(), old, "k3"), cmask)) * weight

@@ -10,6 +10,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from rlvr_factory.rl.entropy import entropy_from_logits
+
 
 def seed_everything(seed: int) -> None:
     """Seed Python, NumPy and torch, and make torch kernels deterministic."""
@@ -45,12 +47,14 @@ def join_prompt_completion(
 
 
 def token_logprobs(
-    model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor, with_entropy: bool = False
+    model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor, with_entropy: bool = False,
+    entropy_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probability of each token given the ones before it, aligned with `ids`.
 
     Position 0 (which has no context) gets 0. With `with_entropy`, also the entropy of
-    the predictive distribution at each position (same alignment).
+    the predictive distribution at each position (same alignment); `entropy_grad=False`
+    computes it outside the autograd graph (for logging only).
     """
     logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
     logp_all = F.log_softmax(logits, dim=-1)
@@ -58,7 +62,8 @@ def token_logprobs(
     logp = F.pad(logp, (1, 0))
     entropy = None
     if with_entropy:
-        entropy = F.pad(-(logp_all.exp() * logp_all).sum(-1), (1, 0))
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = F.pad(entropy_from_logits(logits if entropy_grad else logits.detach()), (1, 0))
     return logp, entropy
 
 

@@ -11,10 +11,14 @@ import pandas as pd
 
 from rlvr_factory.domains import get_domain, tasks_from_frame
 from rlvr_factory.evaluation import greedy_accuracy
+from rlvr_factory.models.lora import LoraSettings, with_lora
 from rlvr_factory.models.policy import Policy
-from rlvr_factory.rollout.hf import SamplingConfig, generate
-from rlvr_factory.training.grpo import Sample, UpdateConfig, rl_update
+from rlvr_factory.rl.curriculum import prompt_order, update_pass_rates
+from rlvr_factory.rollout.dynamic import DynamicSampling, draw_groups
+from rlvr_factory.rollout.hf import SamplingConfig
+from rlvr_factory.training.grpo import UpdateConfig, rl_update
 from rlvr_factory.training.lm import lr_factor, seed_everything
+from rlvr_factory.training.rounds import observed_pass_rates, round_metrics, samples_from_scored
 from rlvr_factory.verification import verify_batch
 
 log = logging.getLogger(__name__)
@@ -40,20 +44,60 @@ def reference_model(sft_policy: Policy) -> Policy:
     return sft_policy
 
 
-def rollout(policy: Policy, train_tasks: pd.DataFrame, rl: dict, round_index: int) -> tuple[pd.DataFrame, dict]:
-    """Sample `rl.samples_per_prompt` completions for each of `rl.prompts_per_round` train prompts."""
-    seed = round_seed(rl, round_index)
-    tasks = random.Random(seed).sample(tasks_from_frame(train_tasks), rl["prompts_per_round"])
-    completions, timing = generate(
-        policy, [t.prompt for t in tasks], rl["samples_per_prompt"],
-        SamplingConfig(**rl["sampling"], seed=seed), desc=f"round {round_index} rollout",
+def initial_policy(sft_policy: Policy, model: dict) -> Policy:
+    """The policy round 0 trains: the SFT policy, with LoRA adapters when `model.lora.enabled`."""
+    lora = LoraSettings(**model.get("lora", {}))
+    return Policy(with_lora(sft_policy.model, lora), sft_policy.tokenizer, sft_policy.version, sft_policy.optimizer_state)
+
+
+def _prompt_order(tasks: list, rl: dict, seed: int, pass_rates: pd.DataFrame | None) -> list[int]:
+    """Which train prompts the round draws, in order: a seeded sample, or the curriculum's order."""
+    rng = random.Random(seed)
+    curriculum = rl["curriculum"]
+    if not curriculum["enabled"]:
+        wanted = len(tasks) if rl["dynamic_sampling"]["enabled"] else rl["prompts_per_round"]
+        return rng.sample(range(len(tasks)), wanted)
+    rates = dict(zip(pass_rates["task_id"], pass_rates["pass_rate"])) if pass_rates is not None else {}
+    return prompt_order(
+        [rates.get(t.task_id) for t in tasks], [t.difficulty for t in tasks], rng,
+        tuple(curriculum["band"]), curriculum["band_fraction"], curriculum["difficulty_weights"],
     )
+
+
+def rollout(
+    policy: Policy, train_tasks: pd.DataFrame, rl: dict, domain: dict, verify: dict,
+    pass_rates: pd.DataFrame | None = None, *, round_index: int,
+) -> tuple[pd.DataFrame, dict]:
+    """Sample `rl.samples_per_prompt` completions for each of `rl.prompts_per_round` train prompts.
+
+    Prompts come in a seeded order, or the curriculum's when `rl.curriculum.enabled` (from
+    the pass rates tracked up to the previous round). With `rl.dynamic_sampling.enabled`,
+    groups whose rewards are all equal are dropped and more prompts drawn (DAPO).
+    """
+    seed = round_seed(rl, round_index)
+    tasks = tasks_from_frame(train_tasks)
+    order = _prompt_order(tasks, rl, seed, pass_rates)
+    env = get_domain(domain)
+
+    def score(indices: list[int], completions: list) -> list[float]:
+        references = [tasks[indices[c.prompt_index]].reference for c in completions]
+        scores, _ = verify_batch(env, [c.text for c in completions], references, verify)
+        return [s.reward for s in scores]
+
+    drawn = draw_groups(
+        policy, [t.prompt for t in tasks], order, rl["prompts_per_round"], rl["samples_per_prompt"],
+        SamplingConfig(**rl["sampling"], seed=seed), score, DynamicSampling(**rl["dynamic_sampling"]),
+        desc=f"round {round_index} rollout",
+    )
+    chosen = [tasks[i] for i in drawn.prompt_indices]
+    completions = drawn.completions
     frame = pd.DataFrame(
         {
             "round": round_index,
-            "task_id": [tasks[c.prompt_index].task_id for c in completions],
+            "task_id": [chosen[c.prompt_index].task_id for c in completions],
+            "domain": [chosen[c.prompt_index].domain for c in completions],
             "sample_index": [c.sample_index for c in completions],
-            "prompt": [tasks[c.prompt_index].prompt for c in completions],
+            "prompt": [chosen[c.prompt_index].prompt for c in completions],
             "completion": [c.text for c in completions],
             "prompt_tokens": [len(c.prompt_ids) for c in completions],
             "completion_tokens": [len(c.completion_ids) for c in completions],
@@ -63,7 +107,15 @@ def rollout(policy: Policy, train_tasks: pd.DataFrame, rl: dict, round_index: in
             "completion_ids": [c.completion_ids for c in completions],
         }
     )
-    return frame, {"rollout_seconds": timing["seconds"], "tokens_per_second": timing["tokens_per_second"]}
+    return frame, drawn.stats
+
+
+def track_pass_rates(scored: pd.DataFrame, rl: dict, previous: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every task's online pass-rate estimate after this round (the curriculum's state, persisted
+    per round so a resumed run continues with it)."""
+    before = dict(zip(previous["task_id"], previous["pass_rate"])) if previous is not None else {}
+    rates = update_pass_rates(before, observed_pass_rates(scored), rl["curriculum"]["pass_rate_ema"])
+    return pd.DataFrame({"task_id": sorted(rates), "pass_rate": [rates[t] for t in sorted(rates)]})
 
 
 def verify(rollouts: pd.DataFrame, train_tasks: pd.DataFrame, domain: dict, verify: dict) -> tuple[pd.DataFrame, dict]:
@@ -92,24 +144,29 @@ def verify(rollouts: pd.DataFrame, train_tasks: pd.DataFrame, domain: dict, veri
 
 def update(
     policy: Policy, scored: pd.DataFrame, validation_tasks: pd.DataFrame, rollout_stats: dict,
-    verify_stats: dict, domain: dict, verify: dict, rl: dict, evaluate: dict, reference: Policy | None = None, *,
-    round_index: int,
+    verify_stats: dict, pass_rates: pd.DataFrame, domain: dict, verify: dict, rl: dict, evaluate: dict,
+    reference: Policy | None = None, *, round_index: int,
 ) -> tuple[Policy, dict, dict]:
-    """One GRPO update on the round's scored rollouts, then the round's held-out accuracy.
+    """One policy-gradient update on the round's scored rollouts, then the round's held-out accuracy.
 
     Samples whose verification hit an infrastructure failure are left out of the loss
-    and counted. Returns the updated policy, the round's stats, and those stats as an
-    MLflow metric history entry (step = round).
+    and counted. `pass_rates` (the curriculum's state after this round) is summarised in the
+    stats. Returns the updated policy, the round's stats, and those stats as an MLflow
+    metric history entry (step = round).
     """
     seed = round_seed(rl, round_index)
     seed_everything(seed)
-    usable = scored[scored["status"] != "infra_error"]
-    samples = [
-        Sample(r.task_id, list(r.prompt_ids), list(r.completion_ids), float(r.reward))
-        for r in usable.itertuples(index=False)
-    ]
+    samples = samples_from_scored(scored)
+    if not samples:
+        raise ValueError(
+            f"round {round_index}: all {len(scored)} verifications failed with infra_error; nothing to train on. "
+            "Fix the verifier infrastructure and resume from the last checkpoint."
+        )
     start = time.perf_counter()
-    config = UpdateConfig(**{**rl["update"], "lr": round_lr(rl, round_index)}, seed=seed)
+    update = {**rl["update"], "lr": round_lr(rl, round_index)}
+    if update.get("overlong_cache_length") and update.get("overlong_max_length") is None:
+        update["overlong_max_length"] = rl["sampling"]["max_new_tokens"]
+    config = UpdateConfig(**update, seed=seed)
     stats = rl_update(policy, samples, config, reference.model if reference else None)
     update_seconds = time.perf_counter() - start
     start = time.perf_counter()
@@ -117,16 +174,13 @@ def update(
     val_accuracy = greedy_accuracy(
         policy, val_tasks, get_domain(domain), verify, SamplingConfig(**evaluate["sampling"])
     )
-    by_status = scored["status"].value_counts()
+    band = rl["curriculum"]["band"]
     stats.update(
         round=round_index,
         lr=config.lr,
-        reward_mean=float(scored["reward"].mean()),
-        pass_rate=float(scored["correct"].mean()),
-        completion_tokens_mean=float(scored["completion_tokens"].mean()),
-        truncated_fraction=float((scored["finish_reason"] == "length").mean()),
-        infra_errors=int(by_status.get("infra_error", 0)),
-        timeouts=int(by_status.get("timeout", 0)),
+        **round_metrics(scored),
+        tracked_tasks=len(pass_rates),
+        tracked_in_band_fraction=float(pass_rates["pass_rate"].between(*band).mean()) if len(pass_rates) else 0.0,
         val_greedy_accuracy=val_accuracy,
         update_seconds=update_seconds,
         eval_seconds=time.perf_counter() - start,

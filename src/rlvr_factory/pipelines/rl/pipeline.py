@@ -5,7 +5,15 @@ from functools import partial, update_wrapper
 
 from kedro.pipeline import Node, Pipeline, pipeline
 
-from rlvr_factory.pipelines.rl.nodes import reference_model, rollout, summarize_rounds, update, verify
+from rlvr_factory.pipelines.rl.nodes import (
+    initial_policy,
+    reference_model,
+    rollout,
+    summarize_rounds,
+    track_pass_rates,
+    update,
+    verify,
+)
 
 PARAMETERS = {"params:domain", "params:verify", "params:rl", "params:evaluate"}
 
@@ -19,17 +27,21 @@ def _for_round(func, round_index: int):
 
 
 def round_pipeline(round_index: int, with_reference: bool) -> Pipeline:
-    """The nodes of one round, reading `policy` and writing `next_policy`."""
+    """The nodes of one round, reading `policy` (and, after round 0, `previous_pass_rates`)
+    and writing `next_policy` and `pass_rates`."""
     reference = ["reference_policy"] if with_reference else []
+    previous = ["previous_pass_rates"] if round_index > 0 else []
     return Pipeline(
         [
-            Node(_for_round(rollout, round_index), ["policy", "train_tasks", "params:rl"],
+            Node(_for_round(rollout, round_index),
+                 ["policy", "train_tasks", "params:rl", "params:domain", "params:verify", *previous],
                  ["rollouts", "rollout_stats"], name="rollout"),
             Node(verify, ["rollouts", "train_tasks", "params:domain", "params:verify"], ["scored", "verify_stats"],
                  name="verify"),
+            Node(track_pass_rates, ["scored", "params:rl", *previous], "pass_rates", name="track_pass_rates"),
             Node(
                 _for_round(update, round_index),
-                ["policy", "scored", "validation_tasks", "rollout_stats", "verify_stats",
+                ["policy", "scored", "validation_tasks", "rollout_stats", "verify_stats", "pass_rates",
                  "params:domain", "params:verify", "params:rl", "params:evaluate", *reference],
                 ["next_policy", "stats", "mlflow_metrics"],
                 name="update",
@@ -54,15 +66,21 @@ def create_pipeline(rounds: int, checkpoint_every: int = 0, with_reference: bool
     instead of passed in memory, so a killed run resumes with
     `kedro run --from-nodes=round_NNN.rollout` from the round after the last checkpoint.
     With `with_reference`, a frozen copy of the SFT policy feeds the KL term of every update.
+    Round 0 starts from `rl_initial_policy` (the SFT policy, with LoRA adapters when
+    `model.lora.enabled`); each round's pass rates (`round_NNN.pass_rates`) feed the next
+    round's prompt choice.
     """
     names = [f"round_{k:03d}" for k in range(rounds)]
     shared = {"train_tasks", "validation_tasks"} | ({"reference_policy"} if with_reference else set())
-    blocks = Pipeline([Node(reference_model, "sft_policy", "reference_policy", name="reference_model")]) if with_reference else Pipeline([])
+    blocks = Pipeline([Node(initial_policy, ["sft_policy", "params:model"], "rl_initial_policy", name="initial_policy")])
+    if with_reference:
+        blocks += Pipeline([Node(reference_model, "sft_policy", "reference_policy", name="reference_model")])
     for k, name in enumerate(names):
-        source = "sft_policy" if k == 0 else _output_name(k - 1, rounds, checkpoint_every)
+        source = "rl_initial_policy" if k == 0 else _output_name(k - 1, rounds, checkpoint_every)
+        previous = {"previous_pass_rates": f"{names[k - 1]}.pass_rates"} if k > 0 else {}
         blocks += pipeline(
             round_pipeline(k, with_reference), namespace=name,
-            inputs={"policy": source, **{i: i for i in shared}},
+            inputs={"policy": source, **previous, **{i: i for i in shared}},
             outputs={"next_policy": _output_name(k, rounds, checkpoint_every)}, parameters=PARAMETERS,
         )
     return blocks + Pipeline([Node(summarize_rounds, [f"{n}.stats" for n in names], "round_history", name="summarize_rounds")])
