@@ -167,6 +167,11 @@ def _canonical(name: str, value: Any) -> Any:
     return value
 
 
+def _cents(value: Any) -> str | None:
+    amount = parse_amount(value)[0]
+    return None if amount is None else str(amount.quantize(CENT))
+
+
 class ExtractionDomain:
     """Seeded extraction tasks over generated documents, split into train / validation / test."""
 
@@ -226,7 +231,7 @@ class ExtractionDomain:
         answer = find_json_object(completion)
         if answer is None:
             return None
-        normalisers = {"amount": lambda v: str(parse_amount(v)[0]), "date": normalise_date,
+        normalisers = {"amount": _cents, "date": normalise_date,
                        "currency": normalise_currency, "rate": lambda v: str(parse_rate(v)),
                        "items": lambda v: json.dumps(v, default=str)}
         return json.dumps({k: normalisers.get(SCHEMA.get(k, "text"), normalise_text)(v) for k, v in answer.items()},

@@ -59,7 +59,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def _read_hf(source: str, config: str | None, split: str | None) -> list[dict[str, Any]]:
+def _read_hf(source: str, config: str | None, split: str | None, **load_args: Any) -> list[dict[str, Any]]:
     try:
         import datasets
     except ImportError as e:
@@ -67,7 +67,7 @@ def _read_hf(source: str, config: str | None, split: str | None) -> list[dict[st
     if Path(source).is_dir():
         data = datasets.load_from_disk(source)
     else:
-        data = datasets.load_dataset(source, config, split=split)
+        data = datasets.load_dataset(source, config, split=split, **load_args)
     if isinstance(data, datasets.DatasetDict):
         if split is None:
             raise ValueError(f"{source} has splits {list(data)}; say which one with `split`")
@@ -75,13 +75,16 @@ def _read_hf(source: str, config: str | None, split: str | None) -> list[dict[st
     return [dict(r) for r in data]
 
 
-def read_records(source: str, config: str | None = None, split: str | None = None) -> list[dict[str, Any]]:
-    """The records of one source, in file order.
+def read_records(
+    path: str, config: str | None = None, split: str | None = None, **load_args: Any
+) -> list[dict[str, Any]]:
+    """The records of one source (`path`: a file, a saved dataset directory or a hub id), in file order.
 
     `.jsonl` / `.jsonl.gz` / `.parquet` files are read directly; anything else (a saved
-    dataset directory or a hub id) goes through `datasets`, with `config` and `split`.
+    dataset directory or a hub id) goes through `datasets`, with `config`, `split` and any
+    other `load_dataset` arguments (e.g. `data_files`).
     """
-    source = resolve(str(source))
+    source = resolve(str(path))
     path = Path(source)
     if path.suffix == ".parquet" or path.name.endswith((".jsonl", ".jsonl.gz")):
         if not path.exists():
@@ -89,14 +92,14 @@ def read_records(source: str, config: str | None = None, split: str | None = Non
         if path.suffix == ".parquet":
             return pd.read_parquet(path).to_dict("records")
         return _read_jsonl(path)
-    return _read_hf(source, config, split)
+    return _read_hf(source, config, split, **load_args)
 
 
 class LoadedDomain:
     """The shared part of a domain read from a data set: sources per split, raw rows, tasks.
 
     `sources` maps a split to a source (a path / hub id, or a block with `path`, `config`,
-    `split`); `limit` optionally keeps the first N records of a split. A subclass says how
+    `split` and other `load_dataset` arguments); `limit` optionally keeps the first N records of a split. A subclass says how
     one record becomes a task row (`record_to_row`, raising ValueError with the reason for a
     record it cannot map).
     """
@@ -106,7 +109,7 @@ class LoadedDomain:
     def __init__(self, sources: dict[str, Any], limit: dict[str, int] | None = None) -> None:
         if not sources:
             raise ValueError(f"domain {self.name!r} needs `sources`: a split -> path or hub id mapping")
-        self.sources = {split: s if isinstance(s, dict) else {"path": s} for split, s in sources.items()}
+        self.sources = {split: dict(s) if isinstance(s, dict) else {"path": s} for split, s in sources.items()}
         self.limit = dict(limit or {})
 
     def record_to_row(self, record: dict[str, Any]) -> dict[str, Any]:
@@ -117,7 +120,7 @@ class LoadedDomain:
         """Every record of every split as a raw task row; a record that cannot be mapped keeps its reason in `_error`."""
         rows = []
         for split, spec in self.sources.items():
-            records = read_records(spec["path"], spec.get("config"), spec.get("split"))
+            records = read_records(**spec)
             for index, record in enumerate(records[: self.limit.get(split)]):
                 row = {"task_id": f"{self.name}-{split}-{index:05d}", "domain": self.name, "split": split,
                        "source": f"{spec['path']}#{index}"}
