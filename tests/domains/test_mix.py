@@ -59,3 +59,9 @@ def test_a_member_can_be_named_apart_from_its_key():
     mix = get_domain({"name": "mix", "domains": {"easy_sums": {"name": "arithmetic", "levels": LEVELS,
                                                                "splits": {"test": 2}}}})
     assert {t.domain for t in mix.generate_tasks()} == {"easy_sums"}
+
+
+def test_raw_rows_of_members_are_tagged_for_curation(tmp_path):
+    rows = make_mix(tmp_path).rows()
+    assert {r["domain"] for r in rows} == {"arithmetic", "extraction", "math"}
+    assert all(r["reference"]["domain"] == r["domain"] for r in rows)

@@ -14,7 +14,8 @@ from rlvr_factory.domains import get_domain
 from rlvr_factory.domains.arithmetic import ArithmeticDomain
 from rlvr_factory.domains.base import Task
 from rlvr_factory.domains.curation import (
-    carve_validation, curate, decontaminate, deduplicate, difficulty_from_pass_rate, label_difficulty, mix_by_weight,
+    carve_validation, curate, decontaminate, deduplicate, difficulty_from_pass_rate, interleave, label_difficulty,
+    mix_by_weight,
     validate, validate_row,
 )
 from tests.pipelines.conftest import make_project, run_pipeline, tracking_uri
@@ -203,3 +204,10 @@ def test_the_curate_pipeline_writes_the_quarantine_table_and_logs_counts_to_mlfl
     metrics = run.data.metrics
     assert metrics["curate.quarantined.validate"] == 6 and metrics["curate.removed.decontaminate"] == 1
     assert metrics["curate.tasks"] == 9
+
+
+def test_domains_take_turns_so_any_prefix_of_a_split_is_mixed():
+    tasks = [task("a1", "a1", domain="a"), task("a2", "a2", domain="a"), task("a3", "a3", domain="a"),
+             task("b1", "b1", domain="b")]
+    assert [t.task_id for t in interleave(tasks)] == ["a1", "b1", "a2", "a3"]
+    assert interleave(tasks[:3]) == tasks[:3]

@@ -241,7 +241,8 @@ def curate(
     rows: Sequence[Mapping[str, Any]], domain: Domain, *, decontamination: Mapping[str, Any],
     validation_from_train: int, default_difficulty: int, seed: int, measured: Mapping[str, int] | None = None,
 ) -> Curated:
-    """Validate, deduplicate, decontaminate, label, split and mix `rows` of `domain`.
+    """Validate, deduplicate, decontaminate, label, split and mix `rows` of `domain` (the pool's
+    domains take turns in the task order).
 
     `decontamination` holds `n`, `threshold` and `skip_domains`; `measured` gives difficulties
     measured for unlabelled tasks (by task id), the rest get `default_difficulty`.
@@ -258,12 +259,23 @@ def curate(
     tasks = label_difficulty(tasks, measured or {}, default_difficulty)
     tasks = carve_validation(tasks, validation_from_train, seed)
     tasks, left_out = mix_by_weight(tasks, getattr(domain, "weights", {}), seed)
+    tasks = interleave(tasks)
     counts.update({f"mix_left_out.{d}": n for d, n in left_out.items()})
     for task in tasks:
         key = f"tasks.{task.domain}.{task.split}"
         counts[key] = counts.get(key, 0) + 1
     counts["tasks"] = len(tasks)
     return Curated(tasks, quarantined, counts)
+
+
+def interleave(tasks: Sequence[Task]) -> list[Task]:
+    """Tasks taking turns by domain (each domain's order kept), so any prefix of a split mixes the
+    domains (SFT takes the first N train tasks, per-round validation the first N validation tasks)."""
+    queues: dict[str, list[Task]] = defaultdict(list)
+    for task in tasks:
+        queues[task.domain].append(task)
+    longest = max((len(q) for q in queues.values()), default=0)
+    return [q[i] for i in range(longest) for q in queues.values() if i < len(q)]
 
 
 def quarantine_frame(records: Sequence[dict]) -> pd.DataFrame:
@@ -273,7 +285,7 @@ def quarantine_frame(records: Sequence[dict]) -> pd.DataFrame:
 
 __all__ = [
     "QUARANTINE_COLUMNS", "SPLITS", "TASK_COLUMNS", "UNLABELLED", "Curated", "carve_validation", "curate",
-    "decontaminate", "deduplicate", "members",
+    "decontaminate", "deduplicate", "interleave", "members",
     "difficulty_from_pass_rate", "label_difficulty", "mix_by_weight", "ngrams", "normalise_prompt",
     "quarantine_frame", "quarantine_record", "validate", "validate_row",
 ]

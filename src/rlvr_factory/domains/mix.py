@@ -21,6 +21,18 @@ from rlvr_factory.verifiers.score import Score
 TAG = "domain"  # the reference key naming a mixed task's member domain
 
 
+def _tag_row(key: str, row: dict[str, Any]) -> dict[str, Any]:
+    """A raw row labelled with its member's key; a reference that is not a JSON object is left for validation to refuse."""
+    reference = row.get("reference")
+    if isinstance(reference, str):
+        try:
+            reference = json.loads(reference)
+        except json.JSONDecodeError:
+            pass
+    tagged = {**reference, TAG: key} if isinstance(reference, dict) else row.get("reference")
+    return {**row, "domain": key, "reference": tagged}
+
+
 class MixVerifier:
     """Routes each (completion, gold) check to the member verifier the gold names; picklable."""
 
@@ -84,8 +96,8 @@ class DomainMix:
         return [self._tag(key, t) for key, d in self.members.items() for t in d.generate_tasks()]
 
     def rows(self) -> list[dict[str, Any]]:
-        """Every member's raw task rows, with the member's key as their domain."""
-        return [{**row, "domain": key} for key, d in self.members.items() for row in source_rows(d)]
+        """Every member's raw task rows, with the member's key as their domain and in their reference's tag."""
+        return [_tag_row(key, row) for key, d in self.members.items() for row in source_rows(d)]
 
     def gold(self, reference: dict[str, Any]) -> str:
         """The member's gold, tagged with the member's key."""
