@@ -18,7 +18,7 @@ from rlvr_factory.domains.curation import (
     mix_by_weight,
     validate, validate_row,
 )
-from tests.pipelines.conftest import make_project, run_pipeline, tracking_uri
+from tests.pipelines.conftest import PROJECT_ROOT, make_project, run_pipeline, tracking_uri
 
 DECONTAMINATION = {"n": 8, "threshold": 0.5, "skip_domains": []}
 
@@ -211,3 +211,21 @@ def test_domains_take_turns_so_any_prefix_of_a_split_is_mixed():
              task("b1", "b1", domain="b")]
     assert [t.task_id for t in interleave(tasks)] == ["a1", "b1", "a2", "a3"]
     assert interleave(tasks[:3]) == tasks[:3]
+
+
+def test_unlabelled_tasks_get_their_difficulty_from_a_named_models_pass_rate(tmp_path):
+    from rlvr_factory.models.policy import save_policy
+    from rlvr_factory.pipelines.curate.nodes import curate_tasks
+    from tests.conftest import make_scripted_policy
+
+    save_policy(make_scripted_policy("\\boxed{3}"), str(tmp_path / "model"))
+    problems = tmp_path / "math.jsonl"
+    problems.write_text("".join(json.dumps({"problem": f"Problem {i}: what is it?", "solution": f"\\boxed{{{a}}}",
+                                            "answer": str(a)}) + "\n" for i, a in enumerate((3, 4))))
+    curate_params = yaml.safe_load((PROJECT_ROOT / "conf/base/parameters_curate.yml").read_text())["curate"]
+    curate_params["difficulty"].update(model=str(tmp_path / "model"), samples=2, levels=4,
+                                       sampling={"max_new_tokens": 12, "temperature": 1.0})
+    tasks, quarantine, metrics = curate_tasks({"name": "math", "sources": {"test": str(problems)}}, curate_params,
+                                              {"workers": 1, "timeout_seconds": 10.0, "max_input_chars": 10_000})
+    assert dict(zip(tasks["prompt"], tasks["difficulty"])) == {"Problem 0: what is it?": 1, "Problem 1: what is it?": 4}
+    assert quarantine.empty and metrics["tasks"]["value"] == 2.0

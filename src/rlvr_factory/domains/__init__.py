@@ -21,6 +21,6 @@ for _factory in (ArithmeticDomain, GSM8KDomain, MathDomain, ExtractionDomain, Do
 
 __all__ = [
     "DOMAINS", "ENTRY_POINT_GROUP", "Domain", "DomainMix", "Environment", "Score", "SingleTurnEnvironment", "Step",
-    "Task", "answer_key", "domain_factory", "environment_for", "get_domain", "known_domains", "member", "register_domain", "source_rows",
-    "tasks_from_frame", "tasks_to_frame",
+    "Task", "answer_key", "domain_factory", "environment_for", "get_domain", "known_domains", "member",
+    "register_domain", "source_rows", "tasks_from_frame", "tasks_to_frame",
 ]

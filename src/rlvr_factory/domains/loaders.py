@@ -99,9 +99,9 @@ class LoadedDomain:
     """The shared part of a domain read from a data set: sources per split, raw rows, tasks.
 
     `sources` maps a split to a source (a path / hub id, or a block with `path`, `config`,
-    `split` and other `load_dataset` arguments); `limit` optionally keeps the first N records of a split. A subclass says how
-    one record becomes a task row (`record_to_row`, raising ValueError with the reason for a
-    record it cannot map).
+    `split` and other `load_dataset` arguments); `limit` optionally keeps the first N records
+    of a split. A subclass says how one record becomes a task row (`record_to_row`, raising
+    ValueError with the reason for a record it cannot map).
     """
 
     name = "loaded"

@@ -6,7 +6,7 @@ import logging
 
 import pandas as pd
 
-from rlvr_factory.domains import get_domain, source_rows, tasks_to_frame
+from rlvr_factory.domains import Domain, get_domain, source_rows, tasks_to_frame
 from rlvr_factory.domains.curation import (
     UNLABELLED, curate, difficulty_from_pass_rate, members, quarantine_frame, validate,
 )
@@ -17,9 +17,8 @@ from rlvr_factory.rollout.hf import SamplingConfig
 log = logging.getLogger(__name__)
 
 
-def _measured_difficulty(rows: list[dict], domain_params: dict, difficulty: dict, verify: dict) -> dict[str, int]:
+def _measured_difficulty(rows: list[dict], domain: Domain, difficulty: dict, verify: dict) -> dict[str, int]:
     """Difficulty of each unlabelled task from the pass rate of `difficulty.model` on `difficulty.samples` samples."""
-    domain = get_domain(domain_params)
     tasks = [t for t in validate(rows, members(domain))[0] if t.difficulty == UNLABELLED]
     if not tasks:
         return {}
@@ -35,7 +34,7 @@ def curate_tasks(domain: dict, curate_params: dict, verify: dict) -> tuple[pd.Da
     env = get_domain(domain)
     rows = source_rows(env)
     difficulty = curate_params["difficulty"]
-    measured = _measured_difficulty(rows, domain, difficulty, verify) if difficulty.get("model") else {}
+    measured = _measured_difficulty(rows, env, difficulty, verify) if difficulty.get("model") else {}
     result = curate(
         rows, env, decontamination=curate_params["decontamination"],
         validation_from_train=curate_params["validation_from_train"],
