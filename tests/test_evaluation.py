@@ -6,7 +6,8 @@ import pytest
 
 from rlvr_factory.domains import Task
 from rlvr_factory.domains.arithmetic import ArithmeticDomain
-from rlvr_factory.evaluation import evaluate_policy, greedy_accuracy, pass_at_k
+from rlvr_factory.domains import DomainMix
+from rlvr_factory.evaluation import evaluate_policy, greedy_accuracy, majority_vote, pass_at_k
 from rlvr_factory.rollout.hf import SamplingConfig
 from tests.conftest import make_scripted_policy
 
@@ -48,15 +49,14 @@ def test_the_report_has_overall_and_per_difficulty_metrics(tiny_policy):
     domain = make_domain()
     tasks = domain.generate_tasks()
     report = evaluate_policy(tiny_policy, tasks, domain, VERIFY, SamplingConfig(max_new_tokens=3), k=2)
-    expected = {"num_tasks"} | {
-        f"{metric}{suffix}"
-        for metric in ("greedy_accuracy", "pass@1", "pass@2")
-        for suffix in ("", "/difficulty_1", "/difficulty_2")
-    }
+    suffixes = ("", "/difficulty_1", "/difficulty_2", "/domain_arithmetic", "/domain_arithmetic/difficulty_1",
+                "/domain_arithmetic/difficulty_2")
+    metrics = ("greedy_accuracy", "pass@1", "pass@2", "maj@2")
+    expected = {f"{metric}{suffix}" for metric in (*metrics, "num_tasks") for suffix in suffixes}
     assert set(report) == expected
-    assert report["num_tasks"] == 4.0
+    assert report["num_tasks"] == 4.0 and report["num_tasks/difficulty_1"] == 2.0
     # a random tiny model writing 3 bytes does not produce a boxed correct answer
-    assert all(report[key] == 0.0 for key in expected - {"num_tasks"})
+    assert all(report[f"{m}{s}"] == 0.0 for m in metrics for s in suffixes)
 
 
 def test_greedy_accuracy_of_a_random_model_is_zero(tiny_policy):
@@ -90,3 +90,40 @@ def test_a_completion_cut_off_before_its_answer_counts_as_wrong():
     policy = make_scripted_policy("\\boxed{3}")
     tasks = [arithmetic_task("a", "3", 1)]
     assert greedy_accuracy(policy, tasks, make_domain(), VERIFY, SamplingConfig(max_new_tokens=5)) == 0.0
+
+
+# maj@k and per-domain reports
+
+
+def test_majority_vote_takes_the_most_common_answer():
+    assert majority_vote(["3", "4", "3"], [True, False, True]) is True
+    assert majority_vote(["4", "3", "4"], [False, True, False]) is False
+
+
+def test_majority_vote_breaks_ties_by_the_answer_stated_first_and_ignores_unstated_answers():
+    assert majority_vote([None, "4", "3", None, None], [False, False, True, False, False]) is False
+    assert majority_vote([None, None], [False, False]) is False
+
+
+def test_maj_at_k_is_reported_when_answers_are_comparable():
+    policy = make_scripted_policy("\\boxed{3}")
+    tasks = [arithmetic_task("a", "3", 1), arithmetic_task("b", "4", 1), arithmetic_task("c", "3", 2)]
+    report = evaluate_policy(policy, tasks, make_domain(), VERIFY, SamplingConfig(max_new_tokens=12), k=3)
+    assert report["maj@3"] == pytest.approx(2 / 3)
+    assert report["maj@3/difficulty_1"] == pytest.approx(0.5)
+
+
+def test_a_mixed_report_has_metrics_per_domain_and_per_domain_difficulty():
+    mix = DomainMix({
+        "arithmetic": {"levels": {1: {"digits": 1, "operands": 2, "ops": "+"}}, "splits": {"test": 1}},
+        "extraction": {"splits": {"test": 2}, "levels": [1]},
+    })
+    tasks = [t for t in mix.generate_tasks() if t.domain == "extraction"]
+    tasks += [Task(t.task_id, "arithmetic", t.prompt, {**t.reference, "domain": "arithmetic"}, t.difficulty, "test", "t")
+              for t in [arithmetic_task("a", "3", 1), arithmetic_task("b", "4", 1)]]
+    report = evaluate_policy(make_scripted_policy("\\boxed{3}"), tasks, mix, VERIFY, SamplingConfig(max_new_tokens=12), k=2)
+    assert report["greedy_accuracy/domain_arithmetic"] == 0.5
+    assert report["greedy_accuracy/domain_extraction"] == 0.0  # no JSON object: no reward
+    assert report["greedy_accuracy"] == 0.25
+    assert report["num_tasks/domain_extraction/difficulty_1"] == 2.0
+    assert report["maj@2/domain_arithmetic"] == 0.5

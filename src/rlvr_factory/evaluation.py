@@ -1,13 +1,14 @@
-"""Held-out evaluation: greedy pass@1 and sampled pass@k, overall and per difficulty."""
+"""Held-out evaluation: greedy accuracy, unbiased pass@k and majority-vote maj@k, overall, per
+domain and per difficulty."""
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import replace
 from math import comb
 from typing import Sequence
 
-from rlvr_factory.domains.base import Domain, Task
+from rlvr_factory.domains.base import Domain, Task, answer_key, member
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.rollout.hf import SamplingConfig, generate
 from rlvr_factory.verification import verify_batch
@@ -22,19 +23,49 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
+def majority_vote(keys: Sequence[str | None], correct: Sequence[bool]) -> bool:
+    """maj@k for one task: is the most common stated answer right? (Wang et al. 2023, self-consistency)
+
+    `keys` are the samples' canonical answers (None: none stated); ties go to the answer stated
+    first; the vote is right when a sample giving the winning answer is correct.
+    """
+    votes = Counter(k for k in keys if k is not None)
+    if not votes:
+        return False
+    top = max(votes.values())
+    winner = next(k for k in keys if k is not None and votes[k] == top)
+    return next(c for k, c in zip(keys, correct) if k == winner)
+
+
+def sample_verdicts(
+    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, samples: int, sampling: SamplingConfig,
+    desc: str,
+) -> list[list[tuple[str, bool]]]:
+    """For each task, each of its `samples` completions and whether it is correct."""
+    completions, _ = generate(policy, [t.prompt for t in tasks], samples, sampling, desc=desc)
+    scores, _ = verify_batch(
+        domain, [c.text for c in completions], [tasks[c.prompt_index].reference for c in completions], verify
+    )
+    verdicts: list[list[tuple[str, bool]]] = [[] for _ in tasks]
+    for c, score in zip(completions, scores):
+        verdicts[c.prompt_index].append((c.text, score.correct))
+    return verdicts
+
+
 def correctness(
     policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, samples: int, sampling: SamplingConfig,
     desc: str,
 ) -> list[list[bool]]:
     """For each task, whether each of its `samples` completions is correct."""
-    completions, _ = generate(policy, [t.prompt for t in tasks], samples, sampling, desc=desc)
-    scores, _ = verify_batch(
-        domain, [c.text for c in completions], [tasks[c.prompt_index].reference for c in completions], verify
-    )
-    hits: list[list[bool]] = [[] for _ in tasks]
-    for c, score in zip(completions, scores):
-        hits[c.prompt_index].append(score.correct)
-    return hits
+    return [[ok for _, ok in v] for v in sample_verdicts(policy, tasks, domain, verify, samples, sampling, desc)]
+
+
+def pass_rates(
+    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, samples: int, sampling: SamplingConfig
+) -> dict[str, float]:
+    """Each task's fraction of correct samples (by task id)."""
+    hits = correctness(policy, tasks, domain, verify, samples, sampling, desc="pass rate")
+    return {t.task_id: sum(h) / len(h) for t, h in zip(tasks, hits)}
 
 
 def greedy_accuracy(
@@ -45,23 +76,42 @@ def greedy_accuracy(
     return sum(h[0] for h in hits) / len(tasks)
 
 
+def _groups(tasks: Sequence[Task]) -> dict[str, list[int]]:
+    """Task indices per report group: overall, per difficulty, per domain, per domain and difficulty."""
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, task in enumerate(tasks):
+        for name in ("overall", f"difficulty_{task.difficulty}", f"domain_{task.domain}",
+                     f"domain_{task.domain}/difficulty_{task.difficulty}"):
+            groups[name].append(i)
+    return groups
+
+
 def evaluate_policy(
     policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, sampling: SamplingConfig, k: int
 ) -> dict[str, float]:
-    """Greedy accuracy and sampled pass@1 / pass@k, overall and as `<metric>/difficulty_<d>`."""
+    """Greedy accuracy, sampled pass@1 / pass@k and maj@k, overall and as `<metric>/<group>`
+    (groups: `difficulty_<d>`, `domain_<name>`, `domain_<name>/difficulty_<d>`).
+
+    maj@k is reported over the tasks whose domain has comparable answers (`answer_key`);
+    a group without such tasks has none.
+    """
     if not tasks:
         raise ValueError("evaluate_policy got no tasks; is the held-out split empty?")
     greedy = correctness(policy, tasks, domain, verify, 1, replace(sampling, temperature=0.0), desc="eval greedy")
-    sampled = correctness(policy, tasks, domain, verify, k, sampling, desc=f"eval pass@{k}")
-    groups: dict[str, list[int]] = defaultdict(list)
-    for i, task in enumerate(tasks):
-        groups["overall"].append(i)
-        groups[f"difficulty_{task.difficulty}"].append(i)
+    sampled = sample_verdicts(policy, tasks, domain, verify, k, sampling, desc=f"eval pass@{k}")
+    majority: dict[int, bool] = {}
+    for i, (task, verdicts) in enumerate(zip(tasks, sampled)):
+        keys = [answer_key(member(domain, task.domain), text) for text, _ in verdicts]
+        if callable(getattr(member(domain, task.domain), "answer_key", None)):
+            majority[i] = majority_vote(keys, [ok for _, ok in verdicts])
     report = {}
-    for name, idx in sorted(groups.items()):
+    for name, idx in sorted(_groups(tasks).items()):
         suffix = "" if name == "overall" else f"/{name}"
         report[f"greedy_accuracy{suffix}"] = sum(greedy[i][0] for i in idx) / len(idx)
         for kk in (1, k):
-            report[f"pass@{kk}{suffix}"] = sum(pass_at_k(k, sum(sampled[i]), kk) for i in idx) / len(idx)
-    report["num_tasks"] = float(len(tasks))
+            report[f"pass@{kk}{suffix}"] = sum(pass_at_k(k, sum(ok for _, ok in sampled[i]), kk) for i in idx) / len(idx)
+        voted = [majority[i] for i in idx if i in majority]
+        if voted:
+            report[f"maj@{k}{suffix}"] = sum(voted) / len(voted)
+        report[f"num_tasks{suffix}"] = float(len(idx))
     return report

@@ -70,7 +70,7 @@ def test_humaneval_and_mbpp_rows_load_from_jsonl_and_gzip(tmp_path):
 
 
 def test_a_dataset_id_or_directory_goes_through_load_dataset(tmp_path):
-    pytest.importorskip("datasets", reason="the hf extra (datasets) is not installed: pip install -e '.[hf]'")
+    pytest.importorskip("datasets", reason="the data extra (datasets) is not installed: pip install -e '.[data]'")
     folder = tmp_path / "dataset"
     folder.mkdir()
     (folder / "train.jsonl").write_text(json.dumps(MBPP_ROW) + "\n" + json.dumps(dict(MBPP_ROW, task_id=8)) + "\n")

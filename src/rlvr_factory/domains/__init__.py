@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
-
 from rlvr_factory.domains.arithmetic import ArithmeticDomain
-from rlvr_factory.domains.base import Domain, Task, tasks_from_frame, tasks_to_frame
+from rlvr_factory.domains.base import (
+    Domain, Environment, SingleTurnEnvironment, Step, Task, answer_key, environment_for, member, source_rows,
+    tasks_from_frame, tasks_to_frame,
+)
 from rlvr_factory.domains.code import CodeDomain
+from rlvr_factory.domains.extraction import ExtractionDomain
+from rlvr_factory.domains.gsm8k import GSM8KDomain
+from rlvr_factory.domains.math import MathDomain
+from rlvr_factory.domains.mix import DomainMix
+from rlvr_factory.domains.registry import (
+    DOMAINS, ENTRY_POINT_GROUP, domain_factory, get_domain, known_domains, register_domain,
+)
 from rlvr_factory.verifiers.score import Score
 
-DOMAINS: dict[str, Callable[..., Domain]] = {"arithmetic": ArithmeticDomain}
-DOMAINS["code"] = CodeDomain
+for _factory in (ArithmeticDomain, CodeDomain, GSM8KDomain, MathDomain, ExtractionDomain, DomainMix):
+    register_domain(_factory.name, _factory)
 
-
-def get_domain(params: Mapping[str, Any]) -> Domain:
-    """Build the domain that `params["name"]` names, passing it the other keys."""
-    name = params.get("name")
-    if name not in DOMAINS:
-        raise ValueError(f"unknown domain {name!r}; known domains: {sorted(DOMAINS)}")
-    return DOMAINS[name](**{k: v for k, v in params.items() if k != "name"})
-
-
-__all__ = ["DOMAINS", "Domain", "Score", "Task", "get_domain", "tasks_from_frame", "tasks_to_frame"]
+__all__ = [
+    "CodeDomain", "DOMAINS", "ENTRY_POINT_GROUP", "Domain", "DomainMix", "Environment", "Score", "SingleTurnEnvironment", "Step",
+    "Task", "answer_key", "domain_factory", "environment_for", "get_domain", "known_domains", "member",
+    "register_domain", "source_rows", "tasks_from_frame", "tasks_to_frame",
+]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from rlvr_factory.domains.base import Task
+from rlvr_factory.domains.math import math_answer_key
 from rlvr_factory.verifiers.score import Score
 from rlvr_factory.verifiers.math import MathVerifier
 
@@ -147,3 +148,8 @@ class ArithmeticDomain:
     def score(self, completion: str, reference: dict[str, Any]) -> Score:
         """Verify one completion in this process (the pipeline verifies through a worker pool)."""
         return self.verifier.score(completion, self.gold(reference))
+
+    @staticmethod
+    def answer_key(completion: str) -> str | None:
+        """The final answer in canonical spelling (for majority voting)."""
+        return math_answer_key(completion)

@@ -1,0 +1,291 @@
+"""Curation: turn raw task rows into clean, deduplicated, decontaminated, labelled, mixed task pools.
+
+Every step returns what it kept and what it removed with the reason; nothing is dropped
+silently. The removed rows form the quarantine table (`QUARANTINE_COLUMNS`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from rlvr_factory.domains.base import TASK_COLUMNS, Domain, Task
+
+SPLITS = ("train", "validation", "test")
+EVAL_SPLITS = ("test", "validation")  # on a duplicate, the evaluation copy is the one kept
+UNLABELLED = 0  # difficulty of a task whose source gives none (levels start at 1)
+QUARANTINE_COLUMNS = ["task_id", "domain", "split", "stage", "reason", "row"]
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) or type(value).__name__.startswith("int")
+
+
+def _problem(row: Mapping[str, Any], domains: Mapping[str, Domain]) -> tuple[str | None, dict | None]:
+    """What is wrong with one row (None: nothing) and its parsed reference."""
+    if row.get("_error"):
+        return str(row["_error"]), None
+    for key in ("task_id", "domain", "prompt", "split", "source"):
+        if not isinstance(row.get(key), str):
+            return f"{key}: expected a string, got {type(row.get(key)).__name__}", None
+    if not row["task_id"].strip():
+        return "task_id: empty", None
+    if not row["prompt"].strip():
+        return "prompt: empty", None
+    if row["domain"] not in domains:
+        return f"domain: {row['domain']!r} is not one of {sorted(domains)}", None
+    if row["split"] not in SPLITS:
+        return f"split: {row['split']!r} is not one of {list(SPLITS)}", None
+    reference = row.get("reference")
+    if isinstance(reference, str):
+        try:
+            reference = json.loads(reference)
+        except json.JSONDecodeError as e:
+            return f"reference: not JSON ({e.msg})", None
+    if not isinstance(reference, dict):
+        return f"reference: expected a JSON object, got {type(reference).__name__}", None
+    difficulty = row.get("difficulty")
+    if difficulty is not None and not (_is_int(difficulty) and int(difficulty) >= UNLABELLED):
+        return f"difficulty: expected an integer >= {UNLABELLED} or none, got {difficulty!r}", None
+    try:
+        gold = domains[row["domain"]].gold(reference)
+    except Exception as e:  # noqa: BLE001  # any failure means the reference does not fit its domain
+        return f"reference: the {row['domain']} domain cannot read it ({type(e).__name__}: {e})", None
+    if not isinstance(gold, str) or not gold.strip():
+        return "reference: its gold answer is empty", None
+    return None, reference
+
+
+def validate_row(row: Mapping[str, Any], domains: Mapping[str, Domain]) -> tuple[Task | None, str | None]:
+    """The row as a Task, or None and what breaks the task contract."""
+    reason, reference = _problem(row, domains)
+    if reason is not None:
+        return None, reason
+    difficulty = row.get("difficulty")
+    return Task(
+        task_id=row["task_id"], domain=row["domain"], prompt=row["prompt"], reference=reference,
+        difficulty=UNLABELLED if difficulty is None else int(difficulty), split=row["split"], source=row["source"],
+    ), None
+
+
+def quarantine_record(row: Mapping[str, Any] | Task, stage: str, reason: str) -> dict[str, Any]:
+    """One quarantine-table row: the task's identity, the step that removed it, why, and the raw row."""
+    raw = row.to_row() if isinstance(row, Task) else dict(row)
+    return {
+        "task_id": str(raw.get("task_id")), "domain": str(raw.get("domain")), "split": str(raw.get("split")),
+        "stage": stage, "reason": reason, "row": json.dumps(raw, default=str, sort_keys=True),
+    }
+
+
+def validate(rows: Iterable[Mapping[str, Any]], domains: Mapping[str, Domain]) -> tuple[list[Task], list[dict]]:
+    """Rows that meet the task contract (with unique task ids) as Tasks, and the quarantined rest."""
+    tasks, quarantined, seen = [], [], set()
+    for row in rows:
+        task, reason = validate_row(row, domains)
+        if task is not None and task.task_id in seen:
+            task, reason = None, f"task_id: {row['task_id']!r} appears more than once"
+        if task is None:
+            quarantined.append(quarantine_record(row, "validate", reason))
+        else:
+            seen.add(task.task_id)
+            tasks.append(task)
+    return tasks, quarantined
+
+
+def normalise_prompt(prompt: str) -> str:
+    """A prompt reduced to lower-case words and numbers, for near-duplicate detection."""
+    return " ".join(_WORD.findall(prompt.lower()))
+
+
+def _eval_first(tasks: Sequence[Task]) -> list[Task]:
+    order = {s: i for i, s in enumerate(EVAL_SPLITS)}
+    return sorted(tasks, key=lambda t: order.get(t.split, len(order)))  # stable: source order within a split
+
+
+def deduplicate(tasks: Sequence[Task]) -> tuple[list[Task], list[dict]]:
+    """One task per prompt, exact and normalised (case, whitespace, punctuation), within each domain.
+
+    Of duplicates the evaluation copy (test, then validation) is kept, else the first.
+    """
+    keep_ids, removed, seen = set(), [], {}
+    for task in _eval_first(tasks):
+        for kind, key in (("exact", task.prompt), ("normalised", normalise_prompt(task.prompt))):
+            first = seen.get((task.domain, kind, key))
+            if first is not None:
+                removed.append(quarantine_record(task, "deduplicate", f"duplicate prompt ({kind}) of {first}"))
+                break
+        else:
+            keep_ids.add(task.task_id)
+            seen[(task.domain, "exact", task.prompt)] = task.task_id
+            seen[(task.domain, "normalised", normalise_prompt(task.prompt))] = task.task_id
+    return [t for t in tasks if t.task_id in keep_ids], removed
+
+
+def ngrams(text: str, n: int) -> set[tuple[str, ...]]:
+    """The word n-grams of a normalised text."""
+    words = normalise_prompt(text).split()
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+def decontaminate(
+    tasks: Sequence[Task], n: int, threshold: float, skip_domains: Iterable[str] = ()
+) -> tuple[list[Task], list[dict]]:
+    """Train tasks whose prompt shares at least `threshold` of its word n-grams with any one
+    evaluation (validation/test) prompt of its domain are removed, with the overlap and the
+    evaluation task named. Prompts shorter than n words have no n-grams and are never removed
+    here (deduplication catches their copies). Domains in `skip_domains` are left alone.
+    """
+    if n < 1 or not 0 < threshold <= 1:
+        raise ValueError(f"decontamination needs n >= 1 and 0 < threshold <= 1, got n={n}, threshold={threshold}")
+    skip = set(skip_domains)
+    index: dict[tuple[str, tuple[str, ...]], list[str]] = defaultdict(list)
+    for task in tasks:
+        if task.split in EVAL_SPLITS and task.domain not in skip:
+            for gram in ngrams(task.prompt, n):
+                index[(task.domain, gram)].append(task.task_id)
+    kept, removed = [], []
+    for task in tasks:
+        grams = ngrams(task.prompt, n) if task.split == "train" and task.domain not in skip else set()
+        hits: dict[str, int] = defaultdict(int)
+        for gram in grams:
+            for eval_id in set(index.get((task.domain, gram), ())):
+                hits[eval_id] += 1
+        eval_id, shared = max(hits.items(), key=lambda kv: (kv[1], kv[0]), default=(None, 0))
+        if grams and shared / len(grams) >= threshold:
+            removed.append(quarantine_record(
+                task, "decontaminate",
+                f"{shared}/{len(grams)} word {n}-grams ({shared / len(grams):.0%}) overlap evaluation task {eval_id}",
+            ))
+        else:
+            kept.append(task)
+    return kept, removed
+
+
+def label_difficulty(tasks: Sequence[Task], measured: Mapping[str, int], default: int) -> list[Task]:
+    """Unlabelled tasks get their measured difficulty (`measured[task_id]`), else `default`; labelled ones keep theirs."""
+    return [
+        t if t.difficulty != UNLABELLED else Task(
+            t.task_id, t.domain, t.prompt, t.reference, measured.get(t.task_id, default), t.split, t.source
+        )
+        for t in tasks
+    ]
+
+
+def difficulty_from_pass_rate(pass_rate: float, levels: int) -> int:
+    """Difficulty 1 (always solved) to `levels` (never solved) from a measured pass rate."""
+    return 1 + min(levels - 1, int((1.0 - pass_rate) * levels))
+
+
+def carve_validation(tasks: Sequence[Task], size: int, seed: int) -> list[Task]:
+    """For each domain with no validation tasks, move `size` seeded train tasks to validation."""
+    if size <= 0:
+        return list(tasks)
+    by_domain: dict[str, list[Task]] = defaultdict(list)
+    for task in tasks:
+        by_domain[task.domain].append(task)
+    moved = set()
+    for domain, members in sorted(by_domain.items()):
+        if any(t.split == "validation" for t in members):
+            continue
+        train = [t.task_id for t in members if t.split == "train"]
+        moved |= set(random.Random(f"{seed}:{domain}").sample(train, min(size, len(train))))
+    return [
+        Task(t.task_id, t.domain, t.prompt, t.reference, t.difficulty, "validation", t.source) if t.task_id in moved
+        else t
+        for t in tasks
+    ]
+
+
+def mix_by_weight(tasks: Sequence[Task], weights: Mapping[str, float], seed: int) -> tuple[list[Task], dict[str, int]]:
+    """The train pool cut to the domains' weight shares (the largest pool that meets them exactly,
+    each domain's tasks drawn seeded); evaluation tasks all stay. Returns the tasks and, per
+    domain, how many train tasks were left out of the mix."""
+    train: dict[str, list[Task]] = defaultdict(list)
+    for task in tasks:
+        if task.split == "train":
+            train[task.domain].append(task)
+    present = {d: weights.get(d, 1.0) for d in train}
+    total = sum(present.values())
+    size = min((len(train[d]) / (w / total) for d, w in present.items()), default=0)
+    keep, left_out = set(), {}
+    for d, w in present.items():
+        wanted = min(len(train[d]), round(size * w / total))
+        chosen = random.Random(f"{seed}:{d}").sample(train[d], wanted)
+        keep |= {t.task_id for t in chosen}
+        left_out[d] = len(train[d]) - wanted
+    return [t for t in tasks if t.split != "train" or t.task_id in keep], left_out
+
+
+@dataclass
+class Curated:
+    """What curation produced: the task pool, the quarantine records and the counts of every step."""
+
+    tasks: list[Task]
+    quarantined: list[dict]
+    counts: dict[str, int]
+
+
+def members(domain: Domain) -> dict[str, Domain]:
+    """The domains whose tasks a (possibly mixed) domain holds, by the label its tasks carry."""
+    return dict(getattr(domain, "members", None) or {domain.name: domain})
+
+
+def curate(
+    rows: Sequence[Mapping[str, Any]], domain: Domain, *, decontamination: Mapping[str, Any],
+    validation_from_train: int, default_difficulty: int, seed: int, measured: Mapping[str, int] | None = None,
+) -> Curated:
+    """Validate, deduplicate, decontaminate, label, split and mix `rows` of `domain` (the pool's
+    domains take turns in the task order).
+
+    `decontamination` holds `n`, `threshold` and `skip_domains`; `measured` gives difficulties
+    measured for unlabelled tasks (by task id), the rest get `default_difficulty`.
+    """
+    tasks, quarantined = validate(rows, members(domain))
+    counts = {"rows": len(rows), "quarantined.validate": len(quarantined)}
+    tasks, removed = deduplicate(tasks)
+    quarantined += removed
+    counts["removed.deduplicate"] = len(removed)
+    tasks, removed = decontaminate(tasks, int(decontamination["n"]), float(decontamination["threshold"]),
+                                   decontamination.get("skip_domains") or ())
+    quarantined += removed
+    counts["removed.decontaminate"] = len(removed)
+    tasks = label_difficulty(tasks, measured or {}, default_difficulty)
+    tasks = carve_validation(tasks, validation_from_train, seed)
+    tasks, left_out = mix_by_weight(tasks, getattr(domain, "weights", {}), seed)
+    tasks = interleave(tasks)
+    counts.update({f"mix_left_out.{d}": n for d, n in left_out.items()})
+    for task in tasks:
+        key = f"tasks.{task.domain}.{task.split}"
+        counts[key] = counts.get(key, 0) + 1
+    counts["tasks"] = len(tasks)
+    return Curated(tasks, quarantined, counts)
+
+
+def interleave(tasks: Sequence[Task]) -> list[Task]:
+    """Tasks taking turns by domain (each domain's order kept), so any prefix of a split mixes the
+    domains (SFT takes the first N train tasks, per-round validation the first N validation tasks)."""
+    queues: dict[str, list[Task]] = defaultdict(list)
+    for task in tasks:
+        queues[task.domain].append(task)
+    longest = max((len(q) for q in queues.values()), default=0)
+    return [q[i] for i in range(longest) for q in queues.values() if i < len(q)]
+
+
+def quarantine_frame(records: Sequence[dict]) -> pd.DataFrame:
+    """The quarantine table."""
+    return pd.DataFrame(list(records), columns=QUARANTINE_COLUMNS)
+
+
+__all__ = [
+    "QUARANTINE_COLUMNS", "SPLITS", "TASK_COLUMNS", "UNLABELLED", "Curated", "carve_validation", "curate",
+    "decontaminate", "deduplicate", "interleave", "members",
+    "difficulty_from_pass_rate", "label_difficulty", "mix_by_weight", "ngrams", "normalise_prompt",
+    "quarantine_frame", "quarantine_record", "validate", "validate_row",
+]
