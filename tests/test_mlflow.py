@@ -171,7 +171,7 @@ def test_the_mlflow_ui_shows_both_runs_their_parameters_and_a_metric_chart(store
             page.goto(f"{mlflow_ui}/#/compare-runs?runs={ids}&experiments={json.dumps([experiment_id])}")
             page.get_by_text("Run details").first.wait_for(timeout=90_000)
             body = page.inner_text("body")
-            for name, lr in LEARNING_RATES.items():
+            for name in LEARNING_RATES:
                 assert name in body
                 assert runs[name].info.run_id in body
             row = page.locator("tr", has_text="rl.update.lr").first

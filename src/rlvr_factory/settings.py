@@ -3,10 +3,10 @@
 import os
 from pathlib import Path
 
-from kedro.config import OmegaConfigLoader
 from omegaconf.resolvers import oc
 
 from rlvr_factory import tracking
+from rlvr_factory.config_loader import ConfigLoader
 from rlvr_factory.hooks import MlflowLineageHook, RLShapeHook
 
 
@@ -31,7 +31,7 @@ def _mlflow_artifact_location() -> str | None:
 
 HOOKS = (RLShapeHook(), MlflowLineageHook())
 
-CONFIG_LOADER_CLASS = OmegaConfigLoader
+CONFIG_LOADER_CLASS = ConfigLoader
 CONFIG_LOADER_ARGS = {
     "base_env": "base",
     "default_run_env": "local",

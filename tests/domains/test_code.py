@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import shutil
 
 import pytest
 
@@ -13,8 +11,8 @@ from rlvr_factory.domains import get_domain, tasks_from_frame, tasks_to_frame
 from rlvr_factory.domains.code import CodeDomain, read_rows, row_to_task
 from rlvr_factory.domains.code_tasks import BUILTIN_TASKS
 from rlvr_factory.verification import verify_batch
+from tests.sandbox.procs import needs_bwrap
 
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 VERIFY = {"workers": 2, "timeout_seconds": 20.0, "max_input_chars": 100_000}
 HUMANEVAL_ROW = {"task_id": "HE/0", "prompt": 'def inc(x):\n    """Add one."""\n', "canonical_solution": "    return x + 1\n",
                  "test": "def check(candidate):\n    assert candidate(1) == 2\n", "entry_point": "inc"}
@@ -85,7 +83,7 @@ def test_a_dataset_id_or_directory_goes_through_load_dataset(tmp_path):
 def test_bad_sources_and_rows_say_what_is_wrong(tmp_path):
     broken = tmp_path / "broken.jsonl"
     broken.write_text(json.dumps(MBPP_ROW) + "\n{oops\n")
-    with pytest.raises(ValueError, match="broken.jsonl:2"):
+    with pytest.raises(ValueError, match="broken.jsonl: line 2 is not JSON"):
         read_rows(str(broken))
     with pytest.raises(ValueError, match="cannot load code tasks"):
         read_rows(str(tmp_path / "missing"), hf_options={"cache_dir": str(tmp_path / "cache")})
@@ -115,32 +113,12 @@ def test_the_pretraining_corpus_leaves_out_held_out_prompts():
 @needs_bwrap
 def test_the_embedded_default_trains_on_code_end_to_end(tmp_path):
     """`kedro run --env code`: curate, pre-train, SFT, RL rounds and evaluation on the built-in tasks."""
-    import mlflow
     import pandas as pd
-    from kedro.config import OmegaConfigLoader
-    from kedro.framework.session import KedroSession
-    from kedro.framework.startup import bootstrap_project
-    from omegaconf import OmegaConf
 
-    from tests.pipelines.conftest import TINY_PARAMS, make_project, tracking_uri
+    from tests.pipelines.conftest import TINY_PARAMS, make_project, run_pipeline
 
     project = make_project(tmp_path)
-    base = OmegaConfigLoader(str(project / "conf"), base_env="base", default_run_env="local")["parameters"]
-    shrink = {k: v for k, v in TINY_PARAMS.items() if k != "domain"}
-    # whole top-level blocks: with an env's own parameters, Kedro replaces a runtime-overridden block
-    params = OmegaConf.to_container(OmegaConf.merge({k: base[k] for k in shrink}, shrink))
-    cwd = os.getcwd()
-    os.environ["MLFLOW_TRACKING_URI"] = tracking_uri(project)
-    os.chdir(project)
-    try:
-        bootstrap_project(project)
-        with KedroSession.create(project_path=project, env="code", runtime_params=params) as session:
-            session.run(pipeline_names=["rlvr"])
-    finally:
-        while mlflow.active_run() is not None:
-            mlflow.end_run()
-        os.chdir(cwd)
-        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    run_pipeline(project, {k: v for k, v in TINY_PARAMS.items() if k != "domain"}, env="code")
     scored = pd.read_parquet(project / "data/07_model_output/scored/round_001.parquet")
     assert len(scored) == 16 and set(scored["status"]) <= {"ok", "timeout"}
     assert {"outcome", "process", "hack_suspected"} <= set(json.loads(scored["reward_breakdown"].iloc[0]))

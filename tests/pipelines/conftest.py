@@ -53,15 +53,15 @@ def tracking_uri(project: Path) -> str:
     return f"sqlite:///{project}/mlruns/mlflow.db"
 
 
-def run_pipeline(project: Path, params: dict, pipeline: str = "rlvr") -> None:
-    """`kedro run --pipeline=<pipeline>` through a KedroSession, inside `project`."""
+def run_pipeline(project: Path, params: dict, pipeline: str = "rlvr", env: str | None = None) -> None:
+    """`kedro run --pipeline=<pipeline> [--env=<env>]` through a KedroSession, inside `project`."""
     cwd = os.getcwd()
     old_uri = os.environ.get("MLFLOW_TRACKING_URI")
     os.environ["MLFLOW_TRACKING_URI"] = tracking_uri(project)
     os.chdir(project)
     try:
         bootstrap_project(project)
-        with KedroSession.create(project_path=project, runtime_params=params) as session:
+        with KedroSession.create(project_path=project, env=env, runtime_params=params) as session:
             session.run(pipeline_names=[pipeline])
     finally:
         # kedro-mlflow ends its run in the store, but MLflow's fluent API can still hold it

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
+
+import pytest
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
+                                 reason="bubblewrap is not installed (apt-get install -y bubblewrap)")
 
 
 def descendants(pid: int) -> list[int]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -27,10 +26,8 @@ from rlvr_factory.sandbox import (
 )
 from rlvr_factory.sandbox.agent import ProtocolError, dumps, safe_loads
 from rlvr_factory.sandbox.backends import BubblewrapBackend
-from tests.sandbox.procs import alive, descendants
+from tests.sandbox.procs import alive, descendants, needs_bwrap
 
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
-                                 reason="bubblewrap is not installed (apt-get install -y bubblewrap)")
 PY = "python3"
 _EMPTY_TAR = bytes(10240)  # an empty tar archive: two zero blocks
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from rlvr_factory.scheduler import InfraError, RetryPolicy, Scheduler, create_scheduler
+from rlvr_factory.scheduler import RetryPolicy, Scheduler, create_scheduler
 from rlvr_factory.scheduler.local import LocalBackend
 from tests.scheduler import jobs
 

@@ -5,17 +5,15 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import shutil
 import time
 
 import pytest
 
+from rlvr_factory.scheduler import InfraError
 from rlvr_factory.verifiers.code import CodeTask, CodeVerifier, extract_program, hack_signs
 from rlvr_factory.verifiers.pool import VerifierPool
-from tests.sandbox.procs import sandbox_agents
+from tests.sandbox.procs import needs_bwrap, sandbox_agents
 
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
-                                 reason="bubblewrap is not installed (apt-get install -y bubblewrap)")
 
 SQUARE = {
     "format": "humaneval",
@@ -135,8 +133,13 @@ class TestScore:
         score = verifier.score("```python\nimport no_such_module\ndef squares(xs):\n    return xs\n```", GOLD)
         assert score.reward == 0.0 and score.breakdown["load_error"] == 1.0 and score.status == "ok"
 
-    def test_no_sandbox_is_an_infra_error_never_a_wrong_answer(self):
-        score = CodeVerifier(backend_options={"bwrap": "no-such-bwrap"}).score("    return xs\n", GOLD)
+    def test_no_sandbox_is_an_infra_error_retried_then_reported_never_a_wrong_answer(self):
+        broken = CodeVerifier(backend_options={"bwrap": "no-such-bwrap"})
+        with pytest.raises(InfraError, match="no sandbox"):
+            broken.score("    return xs\n", GOLD)
+        with VerifierPool(broken, workers=1, timeout=20.0) as pool:
+            (score,) = pool.score_many([("    return xs\n", GOLD)])
+            assert pool.stats["retries"] >= 1
         assert score.status == "infra_error" and score.reward == 0.0
 
     def test_the_verifier_runs_in_a_verifier_pool_worker(self):

@@ -8,16 +8,16 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from rlvr_factory.verifiers.code import CodeVerifier
+from tests.sandbox.procs import needs_bwrap
 
 DATA = Path(os.environ.get("RLVR_SHARED_DATA", Path(__file__).resolve().parents[2] / ".." / "shared" / "data"))
 HUMANEVAL, MBPP = DATA / "humaneval" / "HumanEval.jsonl.gz", DATA / "mbpp" / "sanitized.jsonl"
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+pytestmark = needs_bwrap
 
 
 def _humaneval() -> list[dict]:

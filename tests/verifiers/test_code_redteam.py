@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import threading
 
 import pytest
 
 from rlvr_factory.verifiers.code import CodeVerifier
-from tests.sandbox.procs import descendants
+from tests.sandbox.procs import descendants, needs_bwrap
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None,
-                                reason="bubblewrap is not installed (apt-get install -y bubblewrap)")
+pytestmark = needs_bwrap
 
 TASK = {
     "format": "humaneval",

@@ -9,44 +9,33 @@ solution, which `gold` leaves out), and `CodeVerifier` scores completions agains
 
 from __future__ import annotations
 
-import gzip
 import json
 import random
-from pathlib import Path
 from typing import Any, Mapping
 
 from rlvr_factory.domains.base import Task
 from rlvr_factory.domains.code_tasks import BUILTIN_TASKS
+from rlvr_factory.domains.loaders import ERROR_KEY, read_records
 from rlvr_factory.verifiers.code import CodeTask, CodeVerifier
 from rlvr_factory.verifiers.score import Score
 
 
 def read_rows(source: str, hf_split: str = "test", hf_options: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-    """The raw task rows of a source: `builtin`, a local .jsonl/.jsonl.gz file, or a dataset for `load_dataset`."""
+    """The raw task rows of a source: `builtin`, or any source `loaders.read_records` reads (a local
+    .jsonl/.jsonl.gz/.parquet file, a dataset directory or id for `datasets`, `shared:` paths)."""
     if source == "builtin":
         return [dict(row) for row in BUILTIN_TASKS]
-    path = Path(source)
-    if path.is_file() and (path.name.endswith(".jsonl") or path.name.endswith(".jsonl.gz")):
-        opener = gzip.open if path.name.endswith(".gz") else open
-        rows = []
-        with opener(path, "rt", encoding="utf-8") as lines:
-            for number, line in enumerate(lines, 1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as e:
-                        raise ValueError(f"{path}:{number} is not valid JSON: {e}") from e
-        return rows
-    import datasets  # only for dataset ids and directories
-
     try:
-        dataset = datasets.load_dataset(source, split=hf_split, **dict(hf_options or {}))
+        rows = read_records(source, split=hf_split, **dict(hf_options or {}))
     except Exception as e:  # noqa: BLE001 - say which source failed and what the options were
         raise ValueError(
             f"cannot load code tasks from {source!r} (split {hf_split!r}): {e}; give 'builtin', a .jsonl(.gz) "
-            "file, or a dataset id / directory that datasets.load_dataset reads"
+            "or .parquet file, or a dataset id / directory that datasets reads"
         ) from e
-    return [dict(row) for row in dataset]
+    for row in rows:
+        if ERROR_KEY in row:
+            raise ValueError(f"{source}: {row[ERROR_KEY]}")
+    return rows
 
 
 def _difficulty(solution: str) -> int:

@@ -64,8 +64,8 @@ def _read_hf(source: str, config: str | None, split: str | None, **load_args: An
         import datasets
     except ImportError as e:
         raise ImportError("reading a Hugging Face dataset needs `datasets`: pip install 'rlvr_factory[data]'") from e
-    if Path(source).is_dir():
-        data = datasets.load_from_disk(source)
+    if (Path(source) / "dataset_info.json").exists() or (Path(source) / "dataset_dict.json").exists():
+        data = datasets.load_from_disk(source)  # saved with `save_to_disk`
     else:
         data = datasets.load_dataset(source, config, split=split, **load_args)
     if isinstance(data, datasets.DatasetDict):
@@ -78,11 +78,11 @@ def _read_hf(source: str, config: str | None, split: str | None, **load_args: An
 def read_records(
     path: str, config: str | None = None, split: str | None = None, **load_args: Any
 ) -> list[dict[str, Any]]:
-    """The records of one source (`path`: a file, a saved dataset directory or a hub id), in file order.
+    """The records of one source (`path`: a file, a dataset directory or a hub id), in file order.
 
-    `.jsonl` / `.jsonl.gz` / `.parquet` files are read directly; anything else (a saved
-    dataset directory or a hub id) goes through `datasets`, with `config`, `split` and any
-    other `load_dataset` arguments (e.g. `data_files`).
+    `.jsonl` / `.jsonl.gz` / `.parquet` files are read directly; anything else (a directory
+    saved with `save_to_disk`, a folder of data files, a hub id) goes through `datasets`, with
+    `config`, `split` and any other `load_dataset` arguments (e.g. `data_files`).
     """
     source = resolve(str(path))
     path = Path(source)

@@ -40,6 +40,7 @@ from rlvr_factory.sandbox import (
     SandboxError,
     SandboxStartError,
 )
+from rlvr_factory.scheduler import InfraError
 from rlvr_factory.verifiers.score import Score
 
 logger = logging.getLogger(__name__)
@@ -365,7 +366,8 @@ class CodeVerifier:
 
     `quick_score` extracts the program in the caller's process (0 when there is none);
     `score` runs it in this process's sandbox (started on first use, reused afterwards).
-    A sandbox that cannot start is an `infra_error`; a candidate over its time limit a `timeout`.
+    A sandbox that cannot start raises `InfraError` (retried by the scheduler, then reported as
+    `infra_error`); a candidate over its time limit scores 0 with status `timeout`.
     """
 
     def __init__(
@@ -433,12 +435,12 @@ class CodeVerifier:
             return self._score(0.0, 0.0, False, status="error")
 
     def score(self, completion: str, gold: str) -> Score:
-        """Run the tests against the completion's program in this process's sandbox."""
+        """Run the tests against the completion's program in this process's sandbox; raises
+        `InfraError` when no sandbox starts (the scheduler retries it, then reports `infra_error`)."""
         try:
             sandbox = self.sandbox()
         except SandboxStartError as e:
-            logger.warning("no sandbox: %s", e)
-            return self._score(0.0, 0.0, True, status="infra_error")
+            raise InfraError(f"no sandbox: {e}") from e
         return self.score_in(sandbox, completion, gold)
 
     def score_in(self, sandbox: Sandbox, completion: str, gold: str) -> Score:
@@ -453,8 +455,7 @@ class CodeVerifier:
                     verdict = run_tests(loaded, task)
                 break
             except SandboxStartError as e:
-                logger.warning("the sandbox did not start: %s", e)
-                return self._score(0.0, 0.0, True, status="infra_error")
+                raise InfraError(f"the sandbox did not start: {e}") from e
             except SandboxError as e:
                 logger.warning("the sandbox was lost during a check (attempt %d): %s", attempt + 1, e)
         else:  # lost twice: the program takes its sandbox down
