@@ -15,8 +15,7 @@ from rlvr_factory.domains.arithmetic import ArithmeticDomain
 from rlvr_factory.domains.base import Task
 from rlvr_factory.domains.curation import (
     carve_validation, curate, decontaminate, deduplicate, difficulty_from_pass_rate, interleave, label_difficulty,
-    mix_by_weight,
-    validate, validate_row,
+    mix_by_weight, normalise_prompt, validate, validate_row,
 )
 from tests.pipelines.conftest import PROJECT_ROOT, make_project, run_pipeline, tracking_uri
 
@@ -146,6 +145,16 @@ def task(task_id, prompt, split="train", domain="d", difficulty=1):
 def test_duplicates_count_within_a_domain_only():
     kept, removed = deduplicate([task("a", "Same"), task("b", "same", domain="e"), task("c", "SAME!")])
     assert [t.task_id for t in kept] == ["a", "b"] and len(removed) == 1
+
+
+def test_normalisation_drops_case_spacing_and_sentence_punctuation_but_keeps_operators():
+    assert normalise_prompt("  Compute 9 + 6*0.") == normalise_prompt("compute 9+6 * 0") == "compute 9 + 6 * 0"
+    assert normalise_prompt("Compute 9+6*0") != normalise_prompt("Compute 9+6+0")
+
+
+def test_the_generated_arithmetic_splits_have_no_duplicate_prompt():
+    tasks = get_domain(yaml.safe_load((PROJECT_ROOT / "conf/base/parameters_curate.yml").read_text())["domain"]).generate_tasks()
+    assert deduplicate(tasks)[1] == []
 
 
 def test_decontamination_threshold_and_skipped_domains():

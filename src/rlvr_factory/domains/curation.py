@@ -21,7 +21,8 @@ SPLITS = ("train", "validation", "test")
 EVAL_SPLITS = ("test", "validation")  # on a duplicate, the evaluation copy is the one kept
 UNLABELLED = 0  # difficulty of a task whose source gives none (levels start at 1)
 QUARANTINE_COLUMNS = ["task_id", "domain", "split", "stage", "reason", "row"]
-_WORD = re.compile(r"[a-z0-9]+")
+# words, numbers and every symbol but sentence punctuation: operators tell "2+3" from "2*3"
+_TOKEN = re.compile(r"[a-z0-9]+|[^\sa-z0-9.,;:!?\"'`]")
 
 
 def _is_int(value: Any) -> bool:
@@ -100,8 +101,9 @@ def validate(rows: Iterable[Mapping[str, Any]], domains: Mapping[str, Domain]) -
 
 
 def normalise_prompt(prompt: str) -> str:
-    """A prompt reduced to lower-case words and numbers, for near-duplicate detection."""
-    return " ".join(_WORD.findall(prompt.lower()))
+    """A prompt reduced to lower-case words, numbers and symbols (case, spacing and sentence
+    punctuation dropped), for near-duplicate detection."""
+    return " ".join(_TOKEN.findall(prompt.lower()))
 
 
 def _eval_first(tasks: Sequence[Task]) -> list[Task]:
