@@ -125,9 +125,11 @@ def log_missing_metrics(run_id: str, history: Mapping[str, Iterable[tuple[int, f
     return sorted(missing)
 
 
-def log_policy_model(model: Any, tokenizer: Any, registered_name: str, metrics: Mapping[str, float]) -> ModelInfo:
-    """Log a causal LM with MLflow's transformers flavour in the active run, register it as
-    `registered_name`, and attach `metrics` to the logged model and (as tags) to the new version."""
+def log_policy_model(
+    model: Any, tokenizer: Any, registered_name: str | None, metrics: Mapping[str, float]
+) -> ModelInfo:
+    """Log a causal LM with MLflow's transformers flavour in the active run with `metrics`, and
+    register it as `registered_name` (unless None) with the metrics as tags of the new version."""
     import torch
     import transformers
 
@@ -141,6 +143,8 @@ def log_policy_model(model: Any, tokenizer: Any, registered_name: str, metrics: 
         registered_model_name=registered_name, pip_requirements=pip,
     )
     mlflow.log_metrics(dict(metrics), model_id=info.model_id)
+    if registered_name is None:
+        return info
     client, version = MlflowClient(), str(info.registered_model_version)
     for key, value in {**metrics, "run_id": run.info.run_id}.items():
         client.set_model_version_tag(registered_name, version, key, value if isinstance(value, str) else f"{value:.6g}")

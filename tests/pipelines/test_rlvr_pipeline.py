@@ -78,7 +78,9 @@ def test_mlflow_run_has_params_per_round_metrics_and_the_policy(tiny_run):
     for key in ("rl.val_greedy_accuracy", "rl.entropy", "rl.kl", "rl.tokens_per_second", "rl.rollout_seconds",
                 "rl.completion_tokens_mean", "eval.rl.greedy_accuracy", "eval.sft.greedy_accuracy", "sft.loss"):
         assert key in run.data.metrics, key
-    assert "rl_policy" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    (model,) = client.search_logged_models([experiment.experiment_id], filter_string=f"source_run_id = '{run.info.run_id}'")
+    assert model.name == "policy" and "eval.rl.greedy_accuracy" in {m.key for m in model.metrics}
+    assert not [a for a in client.list_artifacts(run.info.run_id) if a.path == "rl_policy"]  # logged once, as the model
 
 
 def test_final_policy_is_an_ordinary_hf_model_directory(tiny_run):

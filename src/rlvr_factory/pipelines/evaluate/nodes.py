@@ -1,15 +1,12 @@
-"""Evaluate: held-out accuracy of the SFT and RL policies, the report, and the policy artifact."""
+"""Evaluate: held-out accuracy of the SFT and RL policies, and the report."""
 
 from __future__ import annotations
 
-import tempfile
-
-import mlflow
 import pandas as pd
 
 from rlvr_factory.domains import get_domain, tasks_from_frame
 from rlvr_factory.evaluation import evaluate_policy
-from rlvr_factory.models.policy import Policy, save_policy
+from rlvr_factory.models.policy import Policy
 from rlvr_factory.rollout.hf import SamplingConfig
 from rlvr_factory.training.lm import seed_everything
 
@@ -38,11 +35,3 @@ def build_report(sft_eval: dict, rl_eval: dict, round_history: list[dict]) -> tu
     metrics = {k.replace("@", "_at_"): {"value": float(v), "step": 0} for k, v in flat.items()}
     return report, metrics
 
-
-def log_policy(policy: Policy) -> None:
-    """Log the final policy's HF directory as an artifact of the active MLflow run."""
-    if mlflow.active_run() is None:
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        save_policy(policy, tmp)
-        mlflow.log_artifacts(tmp, artifact_path="rl_policy")

@@ -1,6 +1,6 @@
 from kedro.pipeline import Node, Pipeline
 
-from rlvr_factory.pipelines.evaluate.nodes import build_report, evaluate_on_test, log_policy
+from rlvr_factory.pipelines.evaluate.nodes import build_report, evaluate_on_test
 
 PARAMS = ["test_tasks", "params:domain", "params:verify", "params:evaluate"]
 
@@ -11,6 +11,5 @@ def create_pipeline() -> Pipeline:
             Node(evaluate_on_test, ["sft_policy", *PARAMS], "sft_eval", name="evaluate_sft"),
             Node(evaluate_on_test, ["rl_policy", *PARAMS], "rl_eval", name="evaluate_rl"),
             Node(build_report, ["sft_eval", "rl_eval", "round_history"], ["eval_report", "eval_metrics"], name="build_report"),
-            Node(log_policy, "rl_policy", None, name="log_policy"),
         ]
     )

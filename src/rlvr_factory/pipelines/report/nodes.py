@@ -60,12 +60,11 @@ def record_run(eval_report: dict, round_history: list[dict]) -> None:
 
 
 def register_policy(rl_policy: Policy, eval_report: dict, report: dict) -> None:
-    """Log the final policy as an MLflow model (transformers flavour) and register it under
-    `report.registered_model_name`, with the RL policy's test metrics."""
-    if not report["register_model"]:
-        return
+    """Log the final policy as an MLflow model (transformers flavour) with the RL policy's test
+    metrics, and register it under `report.registered_model_name` when `report.register_model`."""
     if mlflow.active_run() is None:
-        log.warning("no active MLflow run: the policy is not registered")
+        log.warning("no active MLflow run: the policy is not logged")
         return
     metrics = {f"eval.rl.{k.replace('@', '_at_')}": float(v) for k, v in eval_report["rl"].items()}
-    tracking.log_policy_model(rl_policy.model, rl_policy.tokenizer, report["registered_model_name"], metrics)
+    name = report["registered_model_name"] if report["register_model"] else None
+    tracking.log_policy_model(rl_policy.model, rl_policy.tokenizer, name, metrics)
