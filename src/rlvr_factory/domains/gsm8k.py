@@ -25,11 +25,7 @@ class GSM8KDomain(LoadedDomain):
     """GSM8K-format problems read from JSONL, Parquet or a Hugging Face dataset (`openai/gsm8k`, config `main`)."""
 
     name = "gsm8k"
-
-    def __init__(self, sources: dict[str, Any], limit: dict[str, int] | None = None,
-                 verifier: dict[str, Any] | None = None) -> None:
-        super().__init__(sources, limit)
-        self.verifier = MathVerifier(**(verifier or {}))
+    verifier_class = MathVerifier  # the reward: the math verifier on the final answer
 
     def record_to_row(self, record: dict[str, Any]) -> dict[str, Any]:
         """Prompt = question; reference = the final number and the worked solution."""

@@ -13,7 +13,7 @@ import json
 import os
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -100,17 +100,21 @@ class LoadedDomain:
 
     `sources` maps a split to a source (a path / hub id, or a block with `path`, `config`,
     `split` and other `load_dataset` arguments); `limit` optionally keeps the first N records
-    of a split. A subclass says how one record becomes a task row (`record_to_row`, raising
-    ValueError with the reason for a record it cannot map).
+    of a split; `verifier` holds the keyword arguments of the subclass's `verifier_class`. A
+    subclass says how one record becomes a task row (`record_to_row`, raising ValueError with
+    the reason for a record it cannot map).
     """
 
     name = "loaded"
+    verifier_class: Callable[..., Any]
 
-    def __init__(self, sources: dict[str, Any], limit: dict[str, int] | None = None) -> None:
+    def __init__(self, sources: dict[str, Any], limit: dict[str, int] | None = None,
+                 verifier: dict[str, Any] | None = None) -> None:
         if not sources:
             raise ValueError(f"domain {self.name!r} needs `sources`: a split -> path or hub id mapping")
         self.sources = {split: dict(s) if isinstance(s, dict) else {"path": s} for split, s in sources.items()}
         self.limit = dict(limit or {})
+        self.verifier = self.verifier_class(**(verifier or {}))
 
     def record_to_row(self, record: dict[str, Any]) -> dict[str, Any]:
         """`prompt`, `reference` and `difficulty` (None: unknown) of one record."""

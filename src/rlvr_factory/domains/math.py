@@ -28,11 +28,7 @@ class MathDomain(LoadedDomain):
     """MATH-format problems read from JSONL, Parquet or a Hugging Face dataset."""
 
     name = "math"
-
-    def __init__(self, sources: dict[str, Any], limit: dict[str, int] | None = None,
-                 verifier: dict[str, Any] | None = None) -> None:
-        super().__init__(sources, limit)
-        self.verifier = MathVerifier(**(verifier or {}))
+    verifier_class = MathVerifier  # the reward: the math verifier on the final answer
 
     def record_to_row(self, record: dict[str, Any]) -> dict[str, Any]:
         """Prompt = problem; reference = answer (else the solution's last box), solution, subject; difficulty = level."""
