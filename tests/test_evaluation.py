@@ -127,3 +127,21 @@ def test_a_mixed_report_has_metrics_per_domain_and_per_domain_difficulty():
     assert report["greedy_accuracy"] == 0.25
     assert report["num_tasks/domain_extraction/difficulty_1"] == 2.0
     assert report["maj@2/domain_arithmetic"] == 0.5
+
+
+def test_multi_turn_policies_are_evaluated_over_whole_episodes_per_number_of_turns():
+    from rlvr_factory.rollout.agent_loop import RolloutConfig
+    from tests.rollout.policies import PROMPTS, calculator_user
+
+    domain = ArithmeticDomain(levels={1: {"digits": 2, "operands": 2, "ops": "+"}}, splits={}, tool={"enabled": True})
+    tasks = [Task(f"t{i}", "arithmetic", p, {"answer": "42"}, 1, "test", "t") for i, p in enumerate(PROMPTS)]
+    report = evaluate_policy(calculator_user(), tasks, domain, VERIFY, SamplingConfig(max_new_tokens=24, seed=1), k=2,
+                             rollout=RolloutConfig(max_turns=3))
+    assert report["greedy_accuracy"] == 1.0 and report["turns_per_episode"] == 2.0
+    assert report["tool_calls_per_episode"] == 1.0
+    assert report["greedy_accuracy/turns_2"] == 1.0 and report["num_tasks/turns_2"] == 3.0
+    assert "pass@2/turns_2" in report and "greedy_accuracy/turns_1" not in report
+    single = evaluate_policy(calculator_user(), tasks, domain, VERIFY, SamplingConfig(max_new_tokens=24), k=2,
+                             rollout=RolloutConfig(max_turns=1))
+    assert single["greedy_accuracy"] == 0.0  # one turn: the call is all it says, never judged
+    assert "turns_per_episode" not in single

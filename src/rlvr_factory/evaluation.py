@@ -1,17 +1,19 @@
-"""Held-out evaluation: greedy accuracy, unbiased pass@k and majority-vote maj@k, overall, per
-domain and per difficulty."""
+"""Held-out evaluation over whole episodes: greedy accuracy, unbiased pass@k and majority-vote
+maj@k, overall, per domain, per difficulty and, for multi-turn runs, per number of turns used."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from math import comb
 from typing import Sequence
 
 from rlvr_factory.domains.base import Domain, Task, answer_key, member
 from rlvr_factory.models.policy import Policy
-from rlvr_factory.rollout.hf import SamplingConfig, generate
-from rlvr_factory.verification import verify_batch
+from rlvr_factory.rollout.agent_loop import RolloutConfig, sample_episodes
+from rlvr_factory.rollout.engine import SamplingConfig
+from rlvr_factory.rollout.episode import Episode
+from rlvr_factory.verification import judge
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -37,81 +39,107 @@ def majority_vote(keys: Sequence[str | None], correct: Sequence[bool]) -> bool:
     return next(c for k, c in zip(keys, correct) if k == winner)
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """One evaluated episode: what it answered, whether that is right, and how many turns it took."""
+
+    answer: str
+    correct: bool
+    turns: int
+    tool_calls: float
+
+
 def sample_verdicts(
     policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, samples: int, sampling: SamplingConfig,
-    desc: str,
-) -> list[list[tuple[str, bool]]]:
-    """For each task, each of its `samples` completions and whether it is correct."""
-    completions, _ = generate(policy, [t.prompt for t in tasks], samples, sampling, desc=desc)
-    scores, _ = verify_batch(
-        domain, [c.text for c in completions], [tasks[c.prompt_index].reference for c in completions], verify
-    )
-    verdicts: list[list[tuple[str, bool]]] = [[] for _ in tasks]
-    for c, score in zip(completions, scores):
-        verdicts[c.prompt_index].append((c.text, score.correct))
+    desc: str, rollout: RolloutConfig | None = None,
+) -> list[list[Verdict]]:
+    """For each task, each of its `samples` episodes' verdict."""
+    episodes, _ = sample_episodes(policy, domain, tasks, samples, rollout or RolloutConfig(), sampling, desc=desc)
+    scores, _ = judge(domain, [e.score for e in episodes], [e.answer for e in episodes],
+                      [tasks[e.task_index].reference for e in episodes], verify)
+    verdicts: list[list[Verdict]] = [[] for _ in tasks]
+    for e, score in zip(episodes, scores):
+        verdicts[e.task_index].append(Verdict(_answer(e), score.correct, len(e.turns), e.info.get("tool_calls", 0.0)))
     return verdicts
+
+
+def _answer(episode: Episode) -> str:
+    return episode.answer if episode.answer is not None else episode.text
 
 
 def correctness(
     policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, samples: int, sampling: SamplingConfig,
-    desc: str,
+    desc: str, rollout: RolloutConfig | None = None,
 ) -> list[list[bool]]:
-    """For each task, whether each of its `samples` completions is correct."""
-    return [[ok for _, ok in v] for v in sample_verdicts(policy, tasks, domain, verify, samples, sampling, desc)]
+    """For each task, whether each of its `samples` episodes is correct."""
+    return [[v.correct for v in vs] for vs in sample_verdicts(policy, tasks, domain, verify, samples, sampling, desc, rollout)]
 
 
 def pass_rates(
-    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, samples: int, sampling: SamplingConfig
+    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, samples: int, sampling: SamplingConfig,
+    rollout: RolloutConfig | None = None,
 ) -> dict[str, float]:
-    """Each task's fraction of correct samples (by task id)."""
-    hits = correctness(policy, tasks, domain, verify, samples, sampling, desc="pass rate")
+    """Each task's fraction of correct episodes (by task id)."""
+    hits = correctness(policy, tasks, domain, verify, samples, sampling, desc="pass rate", rollout=rollout)
     return {t.task_id: sum(h) / len(h) for t, h in zip(tasks, hits)}
 
 
 def greedy_accuracy(
-    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, sampling: SamplingConfig
+    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, sampling: SamplingConfig,
+    rollout: RolloutConfig | None = None,
 ) -> float:
-    """Fraction of tasks solved by the greedy completion."""
-    hits = correctness(policy, tasks, domain, verify, 1, replace(sampling, temperature=0.0), desc="eval greedy")
+    """Fraction of tasks solved by the greedy episode."""
+    hits = correctness(policy, tasks, domain, verify, 1, replace(sampling, temperature=0.0), "eval greedy", rollout)
     return sum(h[0] for h in hits) / len(tasks)
 
 
-def _groups(tasks: Sequence[Task]) -> dict[str, list[int]]:
-    """Task indices per report group: overall, per difficulty, per domain, per domain and difficulty."""
+def _groups(tasks: Sequence[Task], turns: Sequence[int] | None = None) -> dict[str, list[int]]:
+    """Task indices per report group: overall, per difficulty, per domain, per domain and difficulty,
+    and with `turns` (each task's greedy episode's) per number of turns used."""
     groups: dict[str, list[int]] = defaultdict(list)
     for i, task in enumerate(tasks):
-        for name in ("overall", f"difficulty_{task.difficulty}", f"domain_{task.domain}",
-                     f"domain_{task.domain}/difficulty_{task.difficulty}"):
+        names = ["overall", f"difficulty_{task.difficulty}", f"domain_{task.domain}",
+                 f"domain_{task.domain}/difficulty_{task.difficulty}"]
+        for name in names + ([f"turns_{turns[i]}"] if turns is not None else []):
             groups[name].append(i)
     return groups
 
 
 def evaluate_policy(
-    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, sampling: SamplingConfig, k: int
+    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, sampling: SamplingConfig, k: int,
+    rollout: RolloutConfig | None = None,
 ) -> dict[str, float]:
-    """Greedy accuracy, sampled pass@1 / pass@k and maj@k, overall and as `<metric>/<group>`
-    (groups: `difficulty_<d>`, `domain_<name>`, `domain_<name>/difficulty_<d>`).
+    """Greedy accuracy, sampled pass@1 / pass@k and maj@k over whole episodes, overall and as
+    `<metric>/<group>` (groups: `difficulty_<d>`, `domain_<name>`, `domain_<name>/difficulty_<d>`,
+    and for multi-turn runs `turns_<n>`, the tasks whose greedy episode took n turns, with the
+    greedy episodes' `turns_per_episode` and `tool_calls_per_episode`).
 
     maj@k is reported over the tasks whose domain has comparable answers (`answer_key`);
     a group without such tasks has none.
     """
     if not tasks:
         raise ValueError("evaluate_policy got no tasks; is the held-out split empty?")
-    greedy = correctness(policy, tasks, domain, verify, 1, replace(sampling, temperature=0.0), desc="eval greedy")
-    sampled = sample_verdicts(policy, tasks, domain, verify, k, sampling, desc=f"eval pass@{k}")
+    rollout = rollout or RolloutConfig()
+    greedy = [v[0] for v in sample_verdicts(policy, tasks, domain, verify, 1, replace(sampling, temperature=0.0),
+                                            "eval greedy", rollout)]
+    sampled = sample_verdicts(policy, tasks, domain, verify, k, sampling, f"eval pass@{k}", rollout)
     majority: dict[int, bool] = {}
     for i, (task, verdicts) in enumerate(zip(tasks, sampled)):
-        keys = [answer_key(member(domain, task.domain), text) for text, _ in verdicts]
+        keys = [answer_key(member(domain, task.domain), v.answer) for v in verdicts]
         if callable(getattr(member(domain, task.domain), "answer_key", None)):
-            majority[i] = majority_vote(keys, [ok for _, ok in verdicts])
+            majority[i] = majority_vote(keys, [v.correct for v in verdicts])
+    multi_turn = rollout.max_turns > 1
     report = {}
-    for name, idx in sorted(_groups(tasks).items()):
+    for name, idx in sorted(_groups(tasks, [v.turns for v in greedy] if multi_turn else None).items()):
         suffix = "" if name == "overall" else f"/{name}"
-        report[f"greedy_accuracy{suffix}"] = sum(greedy[i][0] for i in idx) / len(idx)
+        report[f"greedy_accuracy{suffix}"] = sum(greedy[i].correct for i in idx) / len(idx)
         for kk in (1, k):
-            report[f"pass@{kk}{suffix}"] = sum(pass_at_k(k, sum(ok for _, ok in sampled[i]), kk) for i in idx) / len(idx)
+            report[f"pass@{kk}{suffix}"] = sum(pass_at_k(k, sum(v.correct for v in sampled[i]), kk) for i in idx) / len(idx)
         voted = [majority[i] for i in idx if i in majority]
         if voted:
             report[f"maj@{k}{suffix}"] = sum(voted) / len(voted)
         report[f"num_tasks{suffix}"] = float(len(idx))
+    if multi_turn:
+        report["turns_per_episode"] = sum(v.turns for v in greedy) / len(greedy)
+        report["tool_calls_per_episode"] = sum(v.tool_calls for v in greedy) / len(greedy)
     return report

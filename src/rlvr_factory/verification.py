@@ -59,3 +59,15 @@ def verify_batch(
         **{k: v - before[k] for k, v in pool.stats.items()},
         **{f"scheduler_{k}": v for k, v in window.items()},
     }
+
+
+def judge(
+    domain: Domain, verdicts: Sequence[Score | None], answers: Sequence[str | None],
+    references: Sequence[dict[str, Any]], verify: dict[str, Any],
+) -> tuple[list[Score], dict[str, float]]:
+    """Each finished episode's verdict: its environment's own, or (where that is None) the domain's
+    verifier's on the episode's answer, those checked in one `verify_batch`; and that batch's stats."""
+    pending = [i for i, v in enumerate(verdicts) if v is None]
+    scores, stats = verify_batch(domain, [answers[i] or "" for i in pending], [references[i] for i in pending], verify)
+    by_index = dict(zip(pending, scores, strict=True))
+    return [by_index.get(i, v) for i, v in enumerate(verdicts)], stats

@@ -1,9 +1,11 @@
 """Batched sampling with transformers `generate`."""
 
+import pytest
 import torch
 
 from rlvr_factory.models.policy import Policy
-from rlvr_factory.rollout.hf import SamplingConfig, generate
+from rlvr_factory.rollout.engine import Request
+from rlvr_factory.rollout.hf import SamplingConfig, TransformersEngine, generate
 from rlvr_factory.training.sft import encode_prompts
 from tests.conftest import make_scripted_policy, make_tiny_policy
 
@@ -131,3 +133,48 @@ def test_small_batches_cover_every_job(tiny_policy):
 def test_timing_stats_are_reported(tiny_policy):
     _, stats = generate(tiny_policy, PROMPTS, 1, SamplingConfig(max_new_tokens=3))
     assert stats["seconds"] > 0 and stats["tokens_per_second"] > 0
+
+
+# The engine: token ids in, the sampled ids and their sampling log-probs out, KV caches continued across turns
+
+
+def test_sampling_logprobs_are_those_of_the_distribution_each_token_was_drawn_from(tiny_policy):
+    prompt = encode_prompts(tiny_policy.tokenizer, PROMPTS[:1])[0]
+    config = SamplingConfig(max_new_tokens=5, temperature=0.7, seed=4)
+    (g,), _ = TransformersEngine(tiny_policy).generate([Request(prompt)], config)
+    ids = torch.tensor([prompt + g.token_ids])
+    with torch.no_grad():
+        logits = tiny_policy.model(input_ids=ids).logits[0, len(prompt) - 1 : -1] / 0.7
+    expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(g.token_ids).unsqueeze(-1)).squeeze(-1)
+    assert g.logprobs == pytest.approx(expected.tolist(), abs=1e-5)
+
+
+def test_a_continued_context_reuses_the_cache_and_a_diverging_one_is_recomputed(tiny_policy):
+    engine = TransformersEngine(tiny_policy)
+    prompts = encode_prompts(tiny_policy.tokenizer, PROMPTS)
+    config = SamplingConfig(max_new_tokens=4, temperature=0.0)
+    first, stats = engine.generate([Request(p, key=i) for i, p in enumerate(prompts)], config)
+    assert stats.prefill_tokens == sum(map(len, prompts)) and stats.cached_tokens == 0
+    tail = tiny_policy.tokenizer(" ok")["input_ids"]
+    continued = [p + g.token_ids + tail for p, g in zip(prompts, first)]
+    edited = [t + 1 for t in continued[1]]  # same key, a context that does not extend what it sampled
+    again, stats = engine.generate([Request(continued[0], key=0), Request(edited, key=1)], config)
+    fresh, _ = TransformersEngine(tiny_policy, reuse_kv=False).generate([Request(continued[0]), Request(edited)], config)
+    assert [g.token_ids for g in again] == [g.token_ids for g in fresh]
+    assert stats.cached_tokens == len(prompts[0]) + len(first[0].token_ids) - 1
+    assert stats.prefill_tokens == 1 + len(tail) + len(edited)
+
+
+def test_rows_that_stopped_early_continue_correctly_from_a_shared_cache():
+    policy = make_scripted_policy("abc")
+    prompts = encode_prompts(policy.tokenizer, ["x", "a much longer prompt"])
+    config = SamplingConfig(max_new_tokens=6, temperature=0.0)
+    engine = TransformersEngine(policy)
+    first, _ = engine.generate([Request(p, key=i) for i, p in enumerate(prompts)], config)
+    assert all(g.finish_reason == "stop" for g in first)  # then padding was generated into the cache
+    follow = policy.tokenizer("\n")["input_ids"]
+    contexts = [p + g.token_ids + follow for p, g in zip(prompts, first)]
+    reused, _ = engine.generate([Request(c, key=i) for i, c in enumerate(contexts)], config)
+    fresh, _ = TransformersEngine(policy, reuse_kv=False).generate([Request(c) for c in contexts], config)
+    assert [g.token_ids for g in reused] == [g.token_ids for g in fresh] == [first[0].token_ids] * 2
+    assert [x for g in reused for x in g.logprobs] == pytest.approx([x for g in fresh for x in g.logprobs], abs=1e-5)

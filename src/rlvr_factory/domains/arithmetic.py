@@ -1,9 +1,13 @@
-"""The embedded default domain: seeded integer arithmetic with step-by-step solutions.
+"""The embedded default domain: seeded integer arithmetic with step-by-step solutions, and a calculator.
 
 A task is an expression such as ``37+5*6``; its demonstration reduces it one operation
 at a time (multiplication first, then left to right) and states the result as
 ``\\boxed{67}``. Difficulty levels set the number of digits, the number of operands
 and the operators that may appear.
+
+With `tool.enabled`, episodes run in `CalculatorEnvironment`: an action may call the
+calculator (``<calc>37+5*6</calc>``), whose result is the next observation
+(``<result>67</result>``), until an action without a call gives the final answer.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ import random
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from rlvr_factory.domains.base import Task
+from rlvr_factory.domains.base import Scorer, SingleTurnEnvironment, Step, Task
+from rlvr_factory.domains.calculator import CalculatorLimits, answer_call, find_call
 from rlvr_factory.domains.math import math_answer_key
 from rlvr_factory.verifiers.score import Score
 from rlvr_factory.verifiers.math import MathVerifier
@@ -52,6 +57,53 @@ def solve_steps(numbers: list[int], ops: list[str]) -> tuple[list[str], int]:
     return steps, numbers[0]
 
 
+@dataclass(frozen=True)
+class ToolSettings:
+    enabled: bool = False  # episodes may call the calculator (multi-turn); false: one answer per episode
+    max_tool_calls: int = 3  # calls per episode; the next one ends the episode (finish_reason max_tool_calls)
+    limits: CalculatorLimits = CalculatorLimits()
+
+    def __post_init__(self) -> None:
+        if self.max_tool_calls < 0:
+            raise ValueError(f"tool.max_tool_calls must be >= 0, got {self.max_tool_calls}")
+
+
+class CalculatorEnvironment:
+    """An episode on one arithmetic task with the calculator at hand.
+
+    An action with a ``<calc>`` call gets the result (or a parseable error) as the next
+    observation and counts as a tool call (`info`: `tool_calls`, and `tool_errors` for a
+    malformed, oversized or refused call); an action without one is the final answer, judged
+    by `scorer` (the verify station's verifier by default in the pipeline). A call beyond
+    `max_tool_calls` ends the episode unjudged (reward 0, finish_reason `max_tool_calls`).
+    """
+
+    def __init__(self, domain: ArithmeticDomain, scorer: Scorer | None = None, tool: ToolSettings = ToolSettings()) -> None:
+        self.scorer = scorer or domain.score
+        self.tool = tool
+        self.task: Task | None = None
+        self.calls = 0
+
+    def reset(self, task: Task) -> str:
+        """The task's prompt."""
+        self.task, self.calls = task, 0
+        return task.prompt
+
+    def step(self, action: str) -> Step:
+        """Answer the action's calculator call, or judge the action as the final answer."""
+        if self.task is None:
+            raise RuntimeError("step() before reset(): call reset(task) to start an episode")
+        call = find_call(action)
+        if call is None:
+            return Step("", self.scorer(action, self.task.reference), done=True)
+        if self.calls >= self.tool.max_tool_calls:
+            return Step("", Score(0.0, False, breakdown={"tool_budget_exhausted": 1.0}), done=True,
+                        finish_reason="max_tool_calls", out_of_budget=True)
+        self.calls += 1
+        observation, failed = answer_call(call, self.tool.limits)
+        return Step(observation, None, done=False, info={"tool_calls": 1.0, "tool_errors": float(failed)})
+
+
 class ArithmeticDomain:
     """Seeded arithmetic tasks, split into train / validation / test without overlap."""
 
@@ -63,11 +115,20 @@ class ArithmeticDomain:
         splits: Mapping[str, int],
         seed: int = 0,
         verifier: Mapping[str, Any] | None = None,
+        tool: Mapping[str, Any] | None = None,
     ) -> None:
         self.levels = {int(k): Level(**v) for k, v in levels.items()}
         self.splits = dict(splits)
         self.seed = seed
         self.verifier = MathVerifier(**(verifier or {}))
+        tool = dict(tool or {})
+        self.tool = ToolSettings(**{**tool, "limits": CalculatorLimits(**tool.get("limits", {}))})
+
+    def environment(self, scorer: Scorer | None = None) -> CalculatorEnvironment | SingleTurnEnvironment:
+        """A fresh environment: with the calculator when `tool.enabled`, else the single-turn one."""
+        if self.tool.enabled:
+            return CalculatorEnvironment(self, scorer, self.tool)
+        return SingleTurnEnvironment(self, scorer)
 
     def _draw(self, rng: random.Random, level: Level) -> tuple[list[int], list[str]]:
         numbers = [rng.randint(0, 10**level.digits - 1) for _ in range(level.operands)]
@@ -139,6 +200,12 @@ class ArithmeticDomain:
         """The step-by-step solution ending in the boxed answer, or (`worked=False`) the answer alone."""
         boxed = f"\\boxed{{{task.reference['answer']}}}"
         return "\n".join(task.reference["steps"]) + "\n" + boxed if worked else boxed
+
+    def tool_demonstration(self, task: Task) -> list[str]:
+        """A calculator episode: the call with the task's expression, the calculator's answer, the boxed result."""
+        call = f"<calc>{task.prompt.removeprefix('Compute ')}</calc>"
+        observation, _ = answer_call(find_call(call), self.tool.limits)
+        return [call, observation, f"\\boxed{{{task.reference['answer']}}}"]
 
     @staticmethod
     def gold(reference: dict[str, Any]) -> str:

@@ -4,16 +4,17 @@ A domain is a "triple package": a task distribution (`generate_tasks`), an envir
 model acts in (`Environment`: `reset(task) -> observation`, `step(action) -> Step`) and a
 reward (`verifier` / `score`, a `Score` with breakdown and status). Single-turn domains get
 their environment for free from `SingleTurnEnvironment`: the observation is the prompt, one
-action (the completion) is parsed and scored, and the episode ends. A multi-turn domain
-(apply a patch, run the tests, show the output) returns its own `Environment` from an
-`environment()` method; `environment_for(domain)` picks whichever applies.
+action (the completion) is scored, and the episode ends. A multi-turn domain (a tool to
+call, a patch to apply and test) returns its own `Environment` from an `environment()`
+method; `environment_for(domain)` picks whichever applies. See docs/environments.md.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
-from typing import Any, Protocol, runtime_checkable
+import inspect
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 import pandas as pd
 
@@ -69,23 +70,46 @@ class Domain(Protocol):
 
     # Optional, looked up with getattr: `rows()` (the raw, unvalidated task rows of a loaded
     # data set, for the curate stage), `answer_key(completion)` (canonical final answer, for
-    # maj@k) and `environment(task)` (a multi-turn `Environment`).
+    # maj@k), `environment(scorer=None)` (a fresh multi-turn `Environment`) and
+    # `tool_demonstration(task)` (a multi-turn SFT demonstration: actions and observations).
+
+
+Scorer = Callable[[str, dict[str, Any]], Score | None]  # (answer, task reference) -> verdict, or None: judged later
 
 
 @dataclass(frozen=True)
 class Step:
-    """What one environment step returns: the next observation, the reward so far, and whether the episode ended."""
+    """What one environment step returns.
+
+    `observation`: what the model sees next (ignored when `done`). `score`: the episode's
+    verdict when `done`; None leaves the verdict to the domain's verifier, which the verify
+    station runs on the episode's answer in one batch through the verifier pool. `done`: the
+    episode ended. The fields after these are optional: `reward` is this turn's own reward
+    (for environments that score steps; weighted by `rl.update.turn_reward_weight`), `info`
+    counts things per step (`tool_calls`, `tool_errors`, ...; summed over the episode into its
+    breakdown and the round metrics), `finish_reason` names why the environment ended the
+    episode (default `done`), and `out_of_budget` says it ended because a budget of the
+    environment's own ran out (e.g. `max_tool_calls`), like the loop's `max_turns`.
+    """
 
     observation: str
-    score: Score
+    score: Score | None
     done: bool
+    reward: float = 0.0
+    info: Mapping[str, float] = field(default_factory=dict)
+    finish_reason: str | None = None
+    out_of_budget: bool = False
 
 
 @runtime_checkable
 class Environment(Protocol):
     """Where the model acts on one task: `reset` gives the first observation, `step` takes an action.
 
-    An episode ends when a step returns `done=True`; that step's `score` is the episode's reward.
+    An episode ends when a step returns `done=True`; that step's `score` is the episode's
+    verdict (None: the domain's verifier judges the answer the environment passed to its
+    scorer, else the last action). A step that raises ends its episode with status `error`;
+    a `reset` that raises `rlvr_factory.scheduler.InfraError` (a sandbox that would not start)
+    is retried and, failing, the episode is `infra_error` and left out of the loss.
     """
 
     def reset(self, task: Task) -> str:
@@ -96,10 +120,14 @@ class Environment(Protocol):
 
 
 class SingleTurnEnvironment:
-    """The default environment: observe the prompt, answer once, get scored, done."""
+    """The default environment: observe the prompt, answer once, get scored, done.
 
-    def __init__(self, domain: Domain) -> None:
+    `scorer` judges the answer (default: the domain's `score`, in this process).
+    """
+
+    def __init__(self, domain: Domain, scorer: Scorer | None = None) -> None:
         self.domain = domain
+        self.scorer = scorer or domain.score
         self.task: Task | None = None
 
     def reset(self, task: Task) -> str:
@@ -112,13 +140,19 @@ class SingleTurnEnvironment:
         if self.task is None:
             raise RuntimeError("step() before reset(): call reset(task) to start an episode")
         task, self.task = self.task, None
-        return Step(observation="", score=self.domain.score(action, task.reference), done=True)
+        return Step(observation="", score=self.scorer(action, task.reference), done=True)
 
 
-def environment_for(domain: Domain) -> Environment:
-    """A fresh environment of the domain: its own (`domain.environment()`) if it has one, else the single-turn one."""
+def environment_for(domain: Domain, scorer: Scorer | None = None) -> Environment:
+    """A fresh environment of the domain: its own (`domain.environment()`) if it has one, else the single-turn one.
+
+    `scorer` reaches environments that judge answers with the domain's verifier: the
+    single-turn one, and a domain's own when its `environment` takes a `scorer` argument.
+    """
     factory = getattr(domain, "environment", None)
-    return factory() if callable(factory) else SingleTurnEnvironment(domain)
+    if not callable(factory):
+        return SingleTurnEnvironment(domain, scorer)
+    return factory(scorer=scorer) if "scorer" in inspect.signature(factory).parameters else factory()
 
 
 def answer_key(domain: Domain, completion: str) -> str | None:

@@ -21,7 +21,7 @@ from rlvr_factory.domains.base import Domain
 
 ENTRY_POINT_GROUP = "rlvr_factory.domains"
 _PACKAGE = "rlvr_factory.domains"
-_NOT_DOMAINS = {"base", "registry", "loaders", "curation", "documents", "mix"}  # library modules, not domains
+_NOT_DOMAINS = {"base", "registry", "loaders", "curation", "documents", "mix", "calculator"}  # library modules, not domains
 
 DOMAINS: dict[str, Callable[..., Domain]] = {}
 

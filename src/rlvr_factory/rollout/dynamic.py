@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import torch
 
-from rlvr_factory.models.policy import Policy
 from rlvr_factory.rl.sampling import groups_with_signal
-from rlvr_factory.rollout.hf import Completion, SamplingConfig, generate
+from rlvr_factory.rollout.episode import Episode
+
+# run(prompt indices, seed) -> (their episodes, task-major, `task_index` a position in the indices; the loop's stats)
+Run = Callable[[list[int], int], tuple[list[Episode], dict[str, float]]]
 
 
 @dataclass(frozen=True)
@@ -29,46 +32,45 @@ class DynamicSampling:
 
 @dataclass
 class Drawn:
-    """The round's groups: each kept prompt's index into the candidates, and its completions."""
+    """The round's groups: each kept prompt's index into the candidates, and its episodes."""
 
     prompt_indices: list[int]
-    completions: list[Completion]  # `prompt_index` refers to a position in `prompt_indices`
+    episodes: list[Episode]  # `task_index` refers to a position in `prompt_indices`
     stats: dict[str, float]
 
 
 def draw_groups(
-    policy: Policy, prompts: Sequence[str], order: Sequence[int], count: int, samples_per_prompt: int,
-    sampling: SamplingConfig, score: Callable[[list[int], list[Completion]], list[float]],
-    dynamic: DynamicSampling, desc: str = "rollout",
+    run: Run, order: Sequence[int], count: int, seed: int,
+    score: Callable[[list[int], list[Episode]], list[float]], dynamic: DynamicSampling,
 ) -> Drawn:
-    """Generate `samples_per_prompt` completions for the first `count` prompts of `order`.
+    """The episodes of the first `count` prompts of `order` (`run` decides how many per prompt).
 
-    With `dynamic.enabled`, `score(prompt_indices, completions)` rewards each completion,
-    groups without a reward spread are dropped, and the next prompts of `order` are drawn
-    (each extra draw sized by the keep rate so far, at most `count` prompts) until `count` groups are kept or the
-    bound is hit. A round in which no group has a signal keeps its first draw (all its
-    advantages are zero). Every draw's sampling seed follows from `sampling.seed`.
+    With `dynamic.enabled`, `score(prompt_indices, episodes)` rewards each episode, groups
+    without a reward spread are dropped, and the next prompts of `order` are drawn (each extra
+    draw sized by the keep rate so far, at most `count` prompts) until `count` groups are kept
+    or the bound is hit. A round in which no group has a signal keeps its first draw (all its
+    advantages are zero). The first draw's seed is `seed`, every later one's follows from it.
     """
     first = list(order[:count])
-    completions, timing = generate(policy, [prompts[i] for i in first], samples_per_prompt, sampling, desc=desc)
-    seconds, tokens = timing["seconds"], timing["new_tokens"]
+    episodes, totals = run(first, seed)
+    totals = Counter(totals)
     base = {"dynamic_sampling_draws": 1.0, "dynamic_sampling_prompts_drawn": float(len(first)),
             "dynamic_sampling_groups_dropped": 0.0}
     if not dynamic.enabled:
-        return Drawn(first, completions, {**_timing(seconds, tokens), **base})
-    seeds = random.Random(sampling.seed)
-    kept: list[tuple[int, list[Completion]]] = []
-    fallback = (first, completions)
-    batch, batch_completions, cursor, draws, dropped = first, completions, len(first), 1, 0
+        return Drawn(first, episodes, {**_loop_stats(totals), **base})
+    seeds = random.Random(seed)
+    kept: list[tuple[int, list[Episode]]] = []
+    fallback = (first, episodes)
+    batch, batch_episodes, cursor, draws, dropped = first, episodes, len(first), 1, 0
     while True:
-        rewards = score(batch, batch_completions)
-        signal = groups_with_signal(torch.tensor(rewards), torch.tensor([c.prompt_index for c in batch_completions]))
-        by_prompt: dict[int, list[Completion]] = {}
-        for c, has in zip(batch_completions, signal.tolist()):
+        rewards = score(batch, batch_episodes)
+        signal = groups_with_signal(torch.tensor(rewards), torch.tensor([e.task_index for e in batch_episodes]))
+        by_prompt: dict[int, list[Episode]] = {}
+        for e, has in zip(batch_episodes, signal.tolist()):
             if has:
-                by_prompt.setdefault(c.prompt_index, []).append(c)
+                by_prompt.setdefault(e.task_index, []).append(e)
         dropped += len(batch) - len(by_prompt)
-        kept += [(batch[p], cs) for p, cs in sorted(by_prompt.items())]
+        kept += [(batch[p], es) for p, es in sorted(by_prompt.items())]
         missing = count - len(kept)
         if missing <= 0 or draws > dynamic.max_extra_draws or cursor >= len(order):
             break
@@ -77,23 +79,22 @@ def draw_groups(
         batch = list(order[cursor : cursor + size])
         cursor += size
         draws += 1
-        seed = seeds.getrandbits(62)
-        batch_completions, timing = generate(
-            policy, [prompts[i] for i in batch], samples_per_prompt, replace(sampling, seed=seed),
-            desc=f"{desc} (draw {draws})",
-        )
-        seconds, tokens = seconds + timing["seconds"], tokens + timing["new_tokens"]
-    stats = {**_timing(seconds, tokens), "dynamic_sampling_draws": float(draws),
+        batch_episodes, stats = run(batch, seeds.getrandbits(62))
+        totals.update(stats)
+    stats = {**_loop_stats(totals), "dynamic_sampling_draws": float(draws),
              "dynamic_sampling_prompts_drawn": float(cursor), "dynamic_sampling_groups_dropped": float(dropped)}
     if not kept:
         return Drawn(*fallback, stats)
     kept = kept[:count]
     indices, out = [], []
-    for position, (index, cs) in enumerate(kept):
+    for position, (index, es) in enumerate(kept):
         indices.append(index)
-        out += [replace(c, prompt_index=position) for c in cs]
+        out += [replace(e, task_index=position) for e in es]
     return Drawn(indices, out, stats)
 
 
-def _timing(seconds: float, tokens: float) -> dict[str, float]:
-    return {"rollout_seconds": seconds, "tokens_per_second": tokens / max(seconds, 1e-9)}
+def _loop_stats(totals: Counter) -> dict[str, float]:
+    """The draws' loop stats added up, with the sampling rate over all of them."""
+    stats = {k: float(v) for k, v in totals.items() if k != "tokens_per_second"}
+    stats["tokens_per_second"] = stats.get("engine_new_tokens", 0.0) / max(stats.get("engine_seconds", 0.0), 1e-9)
+    return stats

@@ -1,26 +1,180 @@
-"""Rollouts with transformers `generate`: batched, left-padded, KV-cached sampling."""
+"""The transformers engine: batched, left-padded, KV-cached sampling with `generate`, continued across turns.
+
+Each batch of fresh contexts is one `generate` call; its KV cache is kept, and when a later
+request of the same episode (`Request.key`) extends that episode's tokens, the episode
+continues from the cache: only the new tokens (the last sampled one, the observation) are
+computed. Positions a cache holds but an episode does not use (its left padding, the padding
+generated after it stopped, rows of episodes that ended) stay masked. A cache lives until the
+next `generate` call that does not continue any of its episodes.
+"""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Hashable, Sequence
 
 import torch
+import torch.nn.functional as F
 from tqdm.auto import tqdm
+from transformers import LogitsProcessor, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
 from rlvr_factory.models.policy import Policy
+from rlvr_factory.rollout.engine import EngineStats, Generation, Request, SamplingConfig
 from rlvr_factory.training.lm import pad_batch
 from rlvr_factory.training.sft import encode_prompts
 
+__all__ = ["Completion", "SamplingConfig", "TransformersEngine", "generate"]
 
-@dataclass(frozen=True)
-class SamplingConfig:
-    max_new_tokens: int = 48  # completion budget; longer ones end with finish_reason=length
-    temperature: float = 1.0  # 0 means greedy decoding
-    top_p: float = 1.0  # nucleus sampling mass
-    batch_size: int = 256  # sequences per generate() call
-    seed: int = 0  # sampling seed (combine with the round index for fresh samples)
+
+class _SampledLogprobs(LogitsProcessor):
+    """Records the log-probability of each sampled token under the distribution it was drawn from.
+
+    `generate` runs custom processors before its own temperature and top-p warpers, so this one
+    applies the same warpers (transformers' own, as `generate` configures them for sampling) to
+    a copy of the scores. The token drawn at step t is the last column of `input_ids` at step
+    t + 1 (the last step's, after `generate` returns). Holds one step's log-probs at a time.
+    """
+
+    def __init__(self, config: SamplingConfig) -> None:
+        self.steps: list[torch.Tensor] = []
+        self._last: torch.Tensor | None = None
+        self.warpers: list[LogitsProcessor] = []
+        if config.temperature > 0 and config.temperature != 1.0:
+            self.warpers.append(TemperatureLogitsWarper(config.temperature))
+        if config.temperature > 0 and config.top_p < 1.0:
+            self.warpers.append(TopPLogitsWarper(config.top_p))
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        self._take(input_ids[:, -1])
+        warped = scores
+        for warper in self.warpers:
+            warped = warper(input_ids, warped)
+        self._last = F.log_softmax(warped.float(), dim=-1)
+        return scores
+
+    def _take(self, tokens: torch.Tensor) -> None:
+        if self._last is not None:
+            self.steps.append(self._last.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).cpu())
+
+    def finish(self, last_tokens: torch.Tensor) -> torch.Tensor:
+        """(batch, steps) log-probs, given the tokens drawn at the last step."""
+        self._take(last_tokens)
+        self._last = None
+        return torch.stack(self.steps, dim=1) if self.steps else torch.zeros((len(last_tokens), 0))
+
+
+@dataclass
+class _Cache:
+    """A batch's KV cache: which episode each row is, and which cached positions are real tokens."""
+
+    cache: object  # transformers Cache
+    mask: torch.Tensor  # (rows, cached length): 1 where the cached position is one of the row's tokens
+    keys: list[Hashable]
+    tokens: list[list[int]]  # each row's known tokens: its context and what it sampled
+
+
+class TransformersEngine:
+    """`Engine` over a transformers causal LM; `reuse_kv=False` recomputes every context from scratch."""
+
+    def __init__(self, policy: Policy, reuse_kv: bool = True, desc: str = "rollout") -> None:
+        self.policy = policy
+        self.reuse_kv = reuse_kv
+        self.desc = desc
+        self._caches: list[_Cache] = []
+
+    @torch.no_grad()
+    def generate(self, requests: Sequence[Request], config: SamplingConfig) -> tuple[list[Generation], EngineStats]:
+        """Sample one turn for every request, batches of `config.batch_size`; each batch draws its seed from `config.seed`."""
+        self.policy.model.eval()
+        start = time.perf_counter()
+        stats = EngineStats()
+        where = {key: (cache, row) for cache in self._caches for row, key in enumerate(cache.keys) if key is not None}
+        continuing: dict[int, list[int]] = {}  # cache index -> request indices
+        fresh: list[int] = []
+        for i, request in enumerate(requests):
+            found = where.get(request.key) if self.reuse_kv else None
+            if found is not None and _extends(request.context, found[0].tokens[found[1]]):
+                continuing.setdefault(id(found[0]), []).append(i)
+            else:
+                fresh.append(i)
+        batches = [(min(rows), rows, next(c for c in self._caches if id(c) == cid)) for cid, rows in continuing.items()]
+        batches += [(fresh[lo], fresh[lo : lo + config.batch_size], None)
+                    for lo in range(0, len(fresh), config.batch_size)]
+        batches.sort(key=lambda b: b[0])
+        seeds = torch.Generator().manual_seed(config.seed)
+        out: list[Generation | None] = [None] * len(requests)
+        kept: list[_Cache] = []
+        for _, rows, cache in tqdm(batches, desc=self.desc, mininterval=2.0, leave=False):
+            torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=seeds)))
+            contexts = [list(requests[i].context) for i in rows]
+            keys = [requests[i].key for i in rows]
+            generations, new_cache = self._run(contexts, keys, cache, [where[k][1] for k in keys] if cache else None,
+                                               config, stats)
+            for i, g in zip(rows, generations):
+                out[i] = g
+            if self.reuse_kv:
+                kept.append(new_cache)
+        self._caches = kept
+        stats.new_tokens = sum(len(g.token_ids) for g in out)
+        stats.seconds = time.perf_counter() - start
+        return out, stats
+
+    def _run(
+        self, contexts: list[list[int]], keys: list[Hashable], cache: _Cache | None, rows: list[int] | None,
+        config: SamplingConfig, stats: EngineStats,
+    ) -> tuple[list[Generation], _Cache]:
+        """One `generate` call: fresh contexts left-padded, or continuations of `cache`'s `rows`."""
+        tokenizer, model, device = self.policy.tokenizer, self.policy.model, self.policy.device
+        pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+        if cache is None:
+            ids, mask = pad_batch(contexts, pad, left=True)
+            past, known = None, mask
+            stats.prefill_tokens += sum(len(c) for c in contexts)
+        else:
+            cache.cache.batch_select_indices(torch.tensor(rows, device=device))
+            known = cache.mask[rows]
+            done = known.sum(dim=1).tolist()
+            suffix_ids, suffix_mask = pad_batch([c[n:] for c, n in zip(contexts, done)], pad, left=True)
+            ids = torch.cat([torch.full_like(known, pad), suffix_ids], dim=1)
+            mask = torch.cat([known, suffix_mask], dim=1)
+            past = cache.cache
+            stats.prefill_tokens += int(suffix_mask.sum())
+            stats.cached_tokens += sum(done)
+        greedy = config.temperature <= 0
+        recorder = _SampledLogprobs(config)
+        result = model.generate(
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            cache=past,
+            do_sample=not greedy,
+            temperature=config.temperature if not greedy else None,
+            top_p=config.top_p if not greedy else None,
+            top_k=None,
+            max_new_tokens=config.max_new_tokens,
+            pad_token_id=pad,
+            eos_token_id=eos,
+            logits_processor=LogitsProcessorList([recorder]),
+            return_dict_in_generate=True,
+        )
+        sampled = result.sequences[:, ids.shape[1]:].cpu()
+        logprobs = recorder.finish(result.sequences[:, -1]).tolist()
+        generations, real = [], torch.zeros_like(sampled)
+        for row, (tokens, row_logprobs) in enumerate(zip(sampled.tolist(), logprobs)):
+            if eos in tokens:
+                n, reason = tokens.index(eos) + 1, "stop"
+            else:
+                n, reason = len(tokens), "length"
+            real[row, :n] = 1
+            generations.append(Generation(tokens[:n], row_logprobs[:n], reason))
+        layout = torch.cat([mask, real], dim=1)[:, : result.cache.get_seq_length()]
+        tokens = [c + g.token_ids for c, g in zip(contexts, generations)]
+        return generations, _Cache(result.cache, layout, keys, tokens)
+
+
+def _extends(context: Sequence[int], known: list[int]) -> bool:
+    """Whether `context` is `known` followed by at least one more token."""
+    return len(context) > len(known) and list(context[: len(known)]) == known
 
 
 @dataclass
@@ -31,44 +185,21 @@ class Completion:
     prompt_ids: list[int]
     completion_ids: list[int]  # generated tokens, EOS included when emitted
     finish_reason: str  # "stop" (EOS) or "length" (ran out of budget)
+    logprobs: list[float] | None = None  # sampling log-prob of each completion token
 
 
-@torch.no_grad()
 def generate(
     policy: Policy, prompts: Sequence[str], num_samples: int, config: SamplingConfig, desc: str = "rollout"
 ) -> tuple[list[Completion], dict[str, float]]:
-    """Sample `num_samples` completions for each user prompt; returns them and timing stats."""
-    tokenizer, model = policy.tokenizer, policy.model
-    model.eval()
-    encoded = encode_prompts(tokenizer, prompts)
+    """Sample `num_samples` single-turn completions for each user prompt; returns them and timing stats."""
+    encoded = encode_prompts(policy.tokenizer, prompts)
     jobs = [(i, s) for i in range(len(prompts)) for s in range(num_samples)]
-    greedy = config.temperature <= 0
-    gen = torch.Generator().manual_seed(config.seed)
-    eos = tokenizer.eos_token_id
-    out: list[Completion] = []
-    start, new_tokens = time.perf_counter(), 0
-    for lo in tqdm(range(0, len(jobs), config.batch_size), desc=desc, mininterval=2.0, leave=False):
-        chunk = jobs[lo : lo + config.batch_size]
-        ids, mask = pad_batch([encoded[i] for i, _ in chunk], tokenizer.pad_token_id, left=True)
-        torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
-        sampled = model.generate(
-            input_ids=ids.to(policy.device),
-            attention_mask=mask.to(policy.device),
-            do_sample=not greedy,
-            temperature=config.temperature if not greedy else None,
-            top_p=config.top_p if not greedy else None,
-            top_k=None,
-            max_new_tokens=config.max_new_tokens,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=eos,
-        )[:, ids.shape[1] :].cpu()
-        for (i, s), row in zip(chunk, sampled.tolist()):
-            if eos in row:
-                row, reason = row[: row.index(eos) + 1], "stop"
-            else:
-                reason = "length"
-            new_tokens += len(row)
-            text = tokenizer.decode(row, skip_special_tokens=True)
-            out.append(Completion(i, s, text, encoded[i], row, reason))
-    seconds = time.perf_counter() - start
-    return out, {"seconds": seconds, "new_tokens": new_tokens, "tokens_per_second": new_tokens / max(seconds, 1e-9)}
+    engine = TransformersEngine(policy, reuse_kv=False, desc=desc)
+    generations, stats = engine.generate([Request(encoded[i]) for i, _ in jobs], config)
+    out = [
+        Completion(i, s, policy.tokenizer.decode(g.token_ids, skip_special_tokens=True), encoded[i], g.token_ids,
+                   g.finish_reason, g.logprobs)
+        for (i, s), g in zip(jobs, generations)
+    ]
+    return out, {"seconds": stats.seconds, "new_tokens": stats.new_tokens,
+                 "tokens_per_second": stats.new_tokens / max(stats.seconds, 1e-9)}

@@ -1,5 +1,12 @@
 """One RL update round: shaped rewards, advantages, then PPO-clipped policy-gradient steps.
 
+A sample is a trajectory (or, for chat templates that are not append-only, one turn of it):
+prompt and completion token ids, and a loss mask that is 1 on the policy's tokens and 0 on
+the observations an environment appended, so only the policy's tokens are trained on.
+Advantages are computed per episode from its outcome reward; `turn_reward_weight` adds each
+turn's return (the sum of the turn rewards from that turn on) to the advantage of that turn's
+tokens.
+
 Old log-probabilities are computed once per round (and not at all when the round is a
 single on-policy step, where they equal the current ones); the round's samples are then
 swept in shuffled minibatches for `epochs` passes, each minibatch optionally split into
@@ -45,6 +52,7 @@ class UpdateConfig:
     overlong_cache_length: int = 0  # L_cache of DAPO's soft overlong penalty; 0 disables it
     overlong_max_length: int | None = None  # L_max of the penalty (the completion budget)
     skip_zero_advantage: bool = True  # no backward pass for samples whose gradient is exactly zero
+    turn_reward_weight: float = 0.0  # weight of the per-turn reward return added to each turn's token advantages
     max_grad_norm: float = 1.0  # global gradient-norm clip
     seed: int = 0  # minibatch order
 
@@ -65,10 +73,27 @@ class Sample:
     reward: float
     domain: str = ""  # advantages are normalised within each domain
     truncated: bool = False  # the completion ran out of budget (finish_reason == "length")
+    loss_mask: list[int] | None = None  # per completion token: 1 policy, 0 observation (None: all policy)
+    token_turns: list[int] | None = None  # per completion token: the turn it belongs to (None: all turn 0)
+    turn_rewards: list[float] | None = None  # each turn's own reward (None: none)
+    episode: str | None = None  # samples of one episode (per-turn samples) share its advantage; None: its own
+
+    def turns(self) -> list[int]:
+        """The turn of each completion token."""
+        return self.token_turns if self.token_turns is not None else [0] * len(self.completion_ids)
+
+    def mask(self) -> list[int]:
+        """The loss mask over the completion tokens."""
+        return self.loss_mask if self.loss_mask is not None else [1] * len(self.completion_ids)
+
+
+def _join(part: Sequence[Sample], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return join_prompt_completion([s.prompt_ids for s in part], [s.completion_ids for s in part], pad_id,
+                                  [s.loss_mask for s in part])
 
 
 def _batch(part: Sequence[Sample], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    ids, attn, cmask = join_prompt_completion([s.prompt_ids for s in part], [s.completion_ids for s in part], pad_id)
+    ids, attn, cmask = _join(part, pad_id)
     return ids.to(device), attn.to(device), cmask.to(device)
 
 
@@ -86,22 +111,31 @@ def _pad_rows(rows: list[torch.Tensor], width: int) -> torch.Tensor:
     return torch.stack([torch.nn.functional.pad(r[:width], (0, max(0, width - len(r)))) for r in rows])
 
 
+def _action_lengths(sample: Sample) -> list[int]:
+    """The number of policy tokens of each turn of the sample."""
+    lengths: dict[int, int] = {}
+    for turn, keep in zip(sample.turns(), sample.mask()):
+        lengths[turn] = lengths.get(turn, 0) + keep
+    return [lengths[t] for t in sorted(lengths)] or [0]
+
+
 def _shaped_rewards(
     samples: Sequence[Sample], config: UpdateConfig, old_logp: list[torch.Tensor] | None,
     ref_logp: list[torch.Tensor] | None, pad_id: int,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The verifier's rewards plus the overlong penalty and, with `kl_placement: reward`, minus the KL."""
+    """Each sample's reward plus the overlong penalty (on each turn's length) and, with `kl_placement: reward`,
+    minus the KL."""
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
     stats = {"overlong_penalty_mean": 0.0, "kl_reward_penalty_mean": 0.0}
     if config.overlong_cache_length:
-        penalty = overlong_penalty(
-            torch.tensor([len(s.completion_ids) for s in samples]), config.overlong_max_length,
-            config.overlong_cache_length,
-        )
+        penalty = torch.stack([
+            overlong_penalty(torch.tensor(_action_lengths(s)), config.overlong_max_length, config.overlong_cache_length).sum()
+            for s in samples
+        ])
         rewards = rewards + penalty
         stats["overlong_penalty_mean"] = float(penalty.mean())
     if config.kl_coef > 0 and config.kl_placement == "reward":
-        _, _, cmask = join_prompt_completion([s.prompt_ids for s in samples], [s.completion_ids for s in samples], pad_id)
+        _, _, cmask = _join(samples, pad_id)
         width = cmask.shape[1]
         shaped = kl_shaped_rewards(
             rewards, _pad_rows(old_logp, width), _pad_rows(ref_logp, width), cmask, config.kl_coef, config.kl_kind
@@ -109,6 +143,44 @@ def _shaped_rewards(
         stats["kl_reward_penalty_mean"] = float((rewards - shaped).mean())
         rewards = shaped
     return rewards, stats
+
+
+def _episode_advantages(samples: Sequence[Sample], rewards: torch.Tensor, estimator: str) -> torch.Tensor:
+    """One advantage per episode, given to each of its samples.
+
+    An episode's samples all carry its outcome reward; its reward is that outcome plus the
+    shaping terms (penalties) of all its samples.
+    """
+    members: dict[object, list[int]] = {}
+    for i, s in enumerate(samples):
+        members.setdefault(s.episode if s.episode is not None else i, []).append(i)
+    episode_rewards = [
+        rewards[rows[0]] if len(rows) == 1 else samples[rows[0]].reward + sum(rewards[i] - samples[i].reward for i in rows)
+        for rows in members.values()
+    ]
+    firsts = [samples[rows[0]] for rows in members.values()]
+    groups = {g: i for i, g in enumerate(dict.fromkeys(s.group for s in firsts))}
+    domains = {d: i for i, d in enumerate(dict.fromkeys(s.domain for s in firsts))}
+    per_episode = compute_advantages(
+        estimator, torch.stack([torch.as_tensor(r, dtype=torch.float32) for r in episode_rewards]),
+        torch.tensor([groups[s.group] for s in firsts]), torch.tensor([domains[s.domain] for s in firsts]),
+    )
+    of_sample = torch.empty(len(samples), dtype=torch.long)
+    for e, rows in enumerate(members.values()):
+        of_sample[rows] = e
+    return per_episode[of_sample]
+
+
+def _turn_returns(samples: Sequence[Sample], width: int, weight: float) -> torch.Tensor:
+    """(samples, width) over prompt+completion positions: `weight` times the return of each completion
+    token's turn (its own and every later turn reward), 0 elsewhere."""
+    out = torch.zeros((len(samples), width))
+    for row, s in enumerate(samples):
+        rewards = s.turn_rewards or []
+        returns = [sum(rewards[t:]) for t in range(len(rewards))]
+        tokens = [weight * returns[t] if t < len(returns) else 0.0 for t in s.turns()]
+        out[row, len(s.prompt_ids) : len(s.prompt_ids) + len(tokens)] = torch.tensor(tokens)
+    return out
 
 
 def rl_update(
@@ -129,23 +201,21 @@ def rl_update(
     old_logp = None if on_policy else _logprobs(model, samples, pad_id, device, chunk)
     ref_logp = _logprobs(reference, samples, pad_id, device, chunk) if config.kl_coef > 0 else None
     rewards, stats = _shaped_rewards(samples, config, old_logp, ref_logp, pad_id)
-    groups = {g: i for i, g in enumerate(dict.fromkeys(s.group for s in samples))}
-    domains = {d: i for i, d in enumerate(dict.fromkeys(s.domain for s in samples))}
-    advantages = compute_advantages(
-        config.advantage_estimator, rewards,
-        torch.tensor([groups[s.group] for s in samples]), torch.tensor([domains[s.domain] for s in samples]),
-    )
+    advantages = _episode_advantages(samples, rewards, config.advantage_estimator)
     truncated = torch.tensor([s.truncated for s in samples])
     # Dr. GRPO divides each sequence's loss sum by one constant: here the widest prompt+completion of the round.
     norm_length = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+    turn_returns = _turn_returns(samples, norm_length, config.turn_reward_weight) if config.turn_reward_weight else None
 
     # Without a KL or entropy term in the loss, a sample whose advantage is 0 (or whose tokens are
     # all masked) has zero gradient: it only needs a forward pass for the stats, not a backward one.
     per_token_terms = kl_in_loss or config.entropy_coef > 0 or not config.skip_zero_advantage
     active = [bool(a != 0) or per_token_terms for a in advantages]
+    if turn_returns is not None:
+        active = [a or bool(turn_returns[i].any()) for i, a in enumerate(active)]
     if config.mask_truncated and config.skip_zero_advantage:
         active = [a and not t for a, t in zip(active, truncated.tolist())]
-    ctx = _Context(config, device, pad_id, advantages, truncated, old_logp, ref_logp, norm_length)
+    ctx = _Context(config, device, pad_id, advantages, truncated, old_logp, ref_logp, norm_length, turn_returns)
 
     optimizer = make_optimizer(model, config.lr, config.weight_decay, (0.9, config.adam_beta2))
     if policy.optimizer_state is not None:
@@ -160,7 +230,7 @@ def rl_update(
     for _ in range(config.epochs):
         for idx in minibatches(len(samples), config.minibatch_size, rng):
             part = [samples[i] for i in idx]
-            _, _, full_mask = join_prompt_completion([s.prompt_ids for s in part], [s.completion_ids for s in part], pad_id)
+            _, _, full_mask = _join(part, pad_id)
             if config.mask_truncated:
                 full_mask = mask_truncated(full_mask, truncated[idx])
             ctx.units = loss_units(full_mask, config.loss_aggregation)  # shared by the micro-batches
@@ -207,6 +277,7 @@ class _Context:
     old_logp: list[torch.Tensor] | None
     ref_logp: list[torch.Tensor] | None
     norm_length: int
+    turn_returns: torch.Tensor | None  # (samples, norm_length) per-token advantage terms, or None
     units: float = 1.0
     tokens: float = 1.0
 
@@ -221,8 +292,11 @@ def _micro_step(model, part: list[Sample], rows: list[int], train: bool, step: d
     logp, entropy = token_logprobs(model, ids, attn, with_entropy=True, entropy_grad=train and config.entropy_coef > 0)
     width = ids.shape[1]
     old = logp.detach() if ctx.old_logp is None else _pad_rows([ctx.old_logp[i] for i in rows], width).to(ctx.device)
+    advantages = ctx.advantages[rows].to(ctx.device)
+    if ctx.turn_returns is not None:
+        advantages = advantages.unsqueeze(-1) + ctx.turn_returns[rows, :width].to(ctx.device)
     loss, clip_fraction = clipped_policy_loss(
-        logp, old, ctx.advantages[rows].to(ctx.device), cmask, config.clip_low, config.clip_high,
+        logp, old, advantages, cmask, config.clip_low, config.clip_high,
         config.dual_clip, config.loss_aggregation, ctx.norm_length, ctx.units,
     )
     total = loss

@@ -36,13 +36,24 @@ def pad_batch(
 
 
 def join_prompt_completion(
-    prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int
+    prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
+    masks: Sequence[Sequence[int] | None] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded prompt+completion batch and a mask that is 1 on completion tokens only."""
+    """Right-padded prompt+completion batch and a mask that is 1 on completion tokens only.
+
+    `masks` (one per row, aligned with its completion; None: all ones) narrows the mask further,
+    e.g. to the policy's tokens of a multi-turn trajectory (0 on observation tokens).
+    """
     ids, attention = pad_batch([list(p) + list(c) for p, c in zip(prompts, completions)], pad_id)
     completion_mask = torch.zeros_like(attention)
     for row, (p, c) in enumerate(zip(prompts, completions)):
-        completion_mask[row, len(p) : len(p) + len(c)] = 1
+        mask = masks[row] if masks is not None else None
+        if mask is None:
+            completion_mask[row, len(p) : len(p) + len(c)] = 1
+        else:
+            if len(mask) != len(c):
+                raise ValueError(f"row {row}: a loss mask of {len(mask)} tokens for a completion of {len(c)}")
+            completion_mask[row, len(p) : len(p) + len(c)] = torch.tensor(list(mask), dtype=completion_mask.dtype)
     return ids, attention, completion_mask
 
 

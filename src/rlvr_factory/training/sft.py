@@ -1,4 +1,9 @@
-"""Supervised fine-tuning: next-token loss on completion tokens only, padded batches, LR schedule."""
+"""Supervised fine-tuning: next-token loss on completion tokens only, padded batches, LR schedule.
+
+A demonstration is one answer, or a multi-turn episode (actions and the observations between
+them), encoded token for token as the agent loop builds episodes; the loss then covers the
+actions only.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import torch
 from tqdm.auto import tqdm
 
 from rlvr_factory.models.policy import Policy
+from rlvr_factory.rollout.chat import ChatFormat
 from rlvr_factory.training.lm import join_prompt_completion, lr_schedule, make_optimizer
 
 log = logging.getLogger(__name__)
@@ -52,13 +58,40 @@ def encode_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
     ]
 
 
+def encode_demonstrations(
+    tokenizer, prompts: Sequence[str], demonstrations: Sequence[Sequence[str]], observation_role: str = "tool"
+) -> list[tuple[list[int], list[int]] | tuple[list[int], list[int], list[int]]]:
+    """Examples from demonstrations, each a list of turns: [answer] (single-turn, as `encode_chat_examples`)
+    or [action, observation, action, ...] (prompt ids, completion ids, loss mask: 1 on the actions' tokens)."""
+    single = [i for i, d in enumerate(demonstrations) if len(d) == 1]
+    encoded = dict(zip(single, encode_chat_examples(tokenizer, [prompts[i] for i in single],
+                                                    [demonstrations[i][0] for i in single])))
+    chat = ChatFormat(tokenizer, observation_role)
+    if len(single) < len(demonstrations):
+        chat.check_append_only()
+    for i, turns in enumerate(demonstrations):
+        if len(turns) % 2 == 0:
+            raise ValueError(f"demonstration {i} has {len(turns)} turns; it must alternate action, observation, ... action")
+        if i in encoded:
+            continue
+        completion: list[int] = []
+        mask: list[int] = []
+        for k, text in enumerate(turns):
+            ids = chat.action_ids(text) if k % 2 == 0 else chat.observation_ids(text)
+            completion += ids
+            mask += [1 - k % 2] * len(ids)
+        encoded[i] = (chat.prompt_ids(prompts[i]), completion, mask)
+    return [encoded[i] for i in range(len(demonstrations))]
+
+
 def supervised_train(
     policy: Policy,
-    examples: Sequence[tuple[list[int], list[int]]],
+    examples: Sequence[tuple[list[int], list[int]] | tuple[list[int], list[int], list[int]]],
     config: SFTConfig,
     desc: str = "sft",
 ) -> list[float]:
-    """Train on (prompt, completion) token pairs, loss on completion tokens; returns losses.
+    """Train on (prompt, completion[, loss mask]) token ids, loss on the completion's (masked) tokens;
+    returns losses.
 
     An empty prompt trains on the whole sequence (plain language modelling).
     """
@@ -81,7 +114,7 @@ def supervised_train(
         batch = [examples[i] for i in order[: config.batch_size]]
         del order[: config.batch_size]
         ids, attention, target = join_prompt_completion(
-            [p for p, _ in batch], [c for _, c in batch], pad_id
+            [e[0] for e in batch], [e[1] for e in batch], pad_id, [e[2] if len(e) > 2 else None for e in batch]
         )
         labels = ids.masked_fill(target == 0, -100).to(policy.device)
         loss = model(

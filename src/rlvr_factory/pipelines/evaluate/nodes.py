@@ -7,15 +7,19 @@ import pandas as pd
 from rlvr_factory.domains import get_domain, tasks_from_frame
 from rlvr_factory.evaluation import evaluate_policy
 from rlvr_factory.models.policy import Policy
-from rlvr_factory.rollout.hf import SamplingConfig
+from rlvr_factory.rollout.agent_loop import RolloutConfig
+from rlvr_factory.rollout.engine import SamplingConfig
 from rlvr_factory.training.lm import seed_everything
 
 
-def evaluate_on_test(policy: Policy, test_tasks: pd.DataFrame, domain: dict, verify: dict, evaluate: dict) -> dict:
-    """Greedy pass@1 and sampled pass@k of one policy on the test split."""
+def evaluate_on_test(
+    policy: Policy, test_tasks: pd.DataFrame, domain: dict, verify: dict, evaluate: dict, rollout: dict
+) -> dict:
+    """Greedy pass@1 and sampled pass@k of one policy's episodes (`rollout.*`) on the test split."""
     seed_everything(evaluate["seed"])
     sampling = SamplingConfig(**evaluate["sampling"], seed=evaluate["seed"])
-    return evaluate_policy(policy, tasks_from_frame(test_tasks), get_domain(domain), verify, sampling, evaluate["k"])
+    return evaluate_policy(policy, tasks_from_frame(test_tasks), get_domain(domain), verify, sampling, evaluate["k"],
+                           RolloutConfig.from_params(rollout))
 
 
 def build_report(sft_eval: dict, rl_eval: dict, round_history: list[dict]) -> tuple[dict, dict]:

@@ -2,7 +2,7 @@ from kedro.pipeline import Node, Pipeline
 
 from rlvr_factory.pipelines.evaluate.nodes import build_report, evaluate_on_test
 
-PARAMS = ["test_tasks", "params:domain", "params:verify", "params:evaluate"]
+PARAMS = ["test_tasks", "params:domain", "params:verify", "params:evaluate", "params:rollout"]
 
 
 def create_pipeline() -> Pipeline:

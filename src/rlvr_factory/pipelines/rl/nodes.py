@@ -14,18 +14,22 @@ from rlvr_factory.evaluation import greedy_accuracy
 from rlvr_factory.models.lora import LoraSettings, with_lora
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.rl.curriculum import prompt_order, update_pass_rates
+from rlvr_factory.rollout.agent_loop import RolloutConfig, sample_episodes
 from rlvr_factory.rollout.dynamic import DynamicSampling, draw_groups
-from rlvr_factory.rollout.hf import SamplingConfig
+from rlvr_factory.rollout.engine import SamplingConfig
 from rlvr_factory.training.grpo import UpdateConfig, rl_update
 from rlvr_factory.training.lm import lr_factor, seed_everything
-from rlvr_factory.training.rounds import observed_pass_rates, round_metrics, samples_from_scored
-from rlvr_factory.verification import verify_batch
+from rlvr_factory.training.rounds import (
+    observed_pass_rates, rollouts_frame, round_metrics, samples_from_scored, scored_frame, verdicts,
+)
+from rlvr_factory.verification import judge
 
 log = logging.getLogger(__name__)
 # Operational stats (wall-clock timings, the verifier pool's counters, which depend on what the
-# process verified before) go to MLflow but not into the reproducible round history.
-OPERATIONAL_KEYS = ("rollout_seconds", "update_seconds", "eval_seconds", "tokens_per_second")
-OPERATIONAL_PREFIX = "verify_"
+# process verified before, the engine's token counts) go to MLflow but not into the reproducible
+# round history.
+OPERATIONAL_KEYS = ("rollout_seconds", "update_seconds", "eval_seconds", "tokens_per_second", "env_seconds")
+OPERATIONAL_PREFIX = ("verify_", "engine_")
 
 
 def round_seed(rl: dict, round_index: int) -> int:
@@ -65,10 +69,11 @@ def _prompt_order(tasks: list, rl: dict, seed: int, pass_rates: pd.DataFrame | N
 
 
 def rollout(
-    policy: Policy, train_tasks: pd.DataFrame, rl: dict, domain: dict, verify: dict,
+    policy: Policy, train_tasks: pd.DataFrame, rl: dict, domain: dict, verify: dict, rollout: dict,
     pass_rates: pd.DataFrame | None = None, *, round_index: int,
 ) -> tuple[pd.DataFrame, dict]:
-    """Sample `rl.samples_per_prompt` completions for each of `rl.prompts_per_round` train prompts.
+    """Run `rl.samples_per_prompt` episodes on each of `rl.prompts_per_round` train tasks (the agent loop;
+    `rollout.*` sets turns, context budget and environment execution).
 
     Prompts come in a seeded order, or the curriculum's when `rl.curriculum.enabled` (from
     the pass rates tracked up to the previous round). With `rl.dynamic_sampling.enabled`,
@@ -78,35 +83,19 @@ def rollout(
     tasks = tasks_from_frame(train_tasks)
     order = _prompt_order(tasks, rl, seed, pass_rates)
     env = get_domain(domain)
+    config = RolloutConfig.from_params(rollout)
 
-    def score(indices: list[int], completions: list) -> list[float]:
-        references = [tasks[indices[c.prompt_index]].reference for c in completions]
-        scores, _ = verify_batch(env, [c.text for c in completions], references, verify)
+    def run(indices: list[int], draw_seed: int) -> tuple[list, dict]:
+        return sample_episodes(policy, env, [tasks[i] for i in indices], rl["samples_per_prompt"], config,
+                               SamplingConfig(**rl["sampling"], seed=draw_seed), desc=f"round {round_index} rollout")
+
+    def score(indices: list[int], episodes: list) -> list[float]:
+        scores, _ = judge(env, [e.score for e in episodes], [e.answer for e in episodes],
+                          [tasks[indices[e.task_index]].reference for e in episodes], verify)
         return [s.reward for s in scores]
 
-    drawn = draw_groups(
-        policy, [t.prompt for t in tasks], order, rl["prompts_per_round"], rl["samples_per_prompt"],
-        SamplingConfig(**rl["sampling"], seed=seed), score, DynamicSampling(**rl["dynamic_sampling"]),
-        desc=f"round {round_index} rollout",
-    )
-    chosen = [tasks[i] for i in drawn.prompt_indices]
-    completions = drawn.completions
-    frame = pd.DataFrame(
-        {
-            "round": round_index,
-            "task_id": [chosen[c.prompt_index].task_id for c in completions],
-            "domain": [chosen[c.prompt_index].domain for c in completions],
-            "sample_index": [c.sample_index for c in completions],
-            "prompt": [chosen[c.prompt_index].prompt for c in completions],
-            "completion": [c.text for c in completions],
-            "prompt_tokens": [len(c.prompt_ids) for c in completions],
-            "completion_tokens": [len(c.completion_ids) for c in completions],
-            "finish_reason": [c.finish_reason for c in completions],
-            "policy_version": policy.version,
-            "prompt_ids": [c.prompt_ids for c in completions],
-            "completion_ids": [c.completion_ids for c in completions],
-        }
-    )
+    drawn = draw_groups(run, order, rl["prompts_per_round"], seed, score, DynamicSampling(**rl["dynamic_sampling"]))
+    frame = rollouts_frame(drawn.episodes, [tasks[i] for i in drawn.prompt_indices], round_index, policy.version)
     return frame, drawn.stats
 
 
@@ -119,33 +108,28 @@ def track_pass_rates(scored: pd.DataFrame, rl: dict, previous: pd.DataFrame | No
 
 
 def verify(rollouts: pd.DataFrame, train_tasks: pd.DataFrame, domain: dict, verify: dict) -> tuple[pd.DataFrame, dict]:
-    """Score every completion with the domain's verifier through the pool (the `scored` table).
+    """The `scored` table: each episode's verdict, its environment's or (for the answers environments
+    leave to it) the domain's verifier's through the pool, in one batch.
 
-    `verify_ms` is the batch's verification time shared out per completion. The stats carry the
+    `verify_ms` is the batch's verification time shared out per episode. The stats carry the
     pool's counters and the scheduler's metrics over the batch (`verify_scheduler_*`: jobs per
     second, retries, timeouts, infra failures, peak queue depth and in-flight, utilisation); a
     check that failed for infrastructure reasons on every attempt has status `infra_error`.
     """
     references = dict(zip(train_tasks["task_id"], train_tasks["reference"].map(json.loads)))
     start = time.perf_counter()
-    scores, pool_stats = verify_batch(
-        get_domain(domain), list(rollouts["completion"]), [references[t] for t in rollouts["task_id"]], verify
+    scores, pool_stats = judge(
+        get_domain(domain), verdicts(rollouts), list(rollouts["answer"]), [references[t] for t in rollouts["task_id"]],
+        verify,
     )
     seconds = time.perf_counter() - start
-    scored = rollouts.assign(
-        reward=[s.reward for s in scores],
-        correct=[s.correct for s in scores],
-        reward_breakdown=[json.dumps(s.breakdown, sort_keys=True) for s in scores],
-        status=[s.status for s in scores],
-        verify_ms=1000 * seconds / max(1, len(scores)),
-    )
-    return scored, {"verify_seconds": seconds, **{f"verify_{k}": v for k, v in pool_stats.items()}}
+    return scored_frame(rollouts, scores, seconds), {"verify_seconds": seconds, **{f"verify_{k}": v for k, v in pool_stats.items()}}
 
 
 def update(
     policy: Policy, scored: pd.DataFrame, validation_tasks: pd.DataFrame, rollout_stats: dict,
     verify_stats: dict, pass_rates: pd.DataFrame, domain: dict, verify: dict, rl: dict, evaluate: dict,
-    reference: Policy | None = None, *, round_index: int,
+    rollout: dict, reference: Policy | None = None, *, round_index: int,
 ) -> tuple[Policy, dict, dict]:
     """One policy-gradient update on the round's scored rollouts, then the round's held-out accuracy.
 
@@ -171,14 +155,14 @@ def update(
     update_seconds = time.perf_counter() - start
     start = time.perf_counter()
     val_tasks = tasks_from_frame(validation_tasks)[: evaluate["validation_size"]]
-    val_accuracy = greedy_accuracy(
-        policy, val_tasks, get_domain(domain), verify, SamplingConfig(**evaluate["sampling"])
-    )
+    episodes = RolloutConfig.from_params(rollout)
+    val_accuracy = greedy_accuracy(policy, val_tasks, get_domain(domain), verify, SamplingConfig(**evaluate["sampling"]),
+                                   episodes)
     band = rl["curriculum"]["band"]
     stats.update(
         round=round_index,
         lr=config.lr,
-        **round_metrics(scored),
+        **round_metrics(scored, episodes.max_turns),
         tracked_tasks=len(pass_rates),
         tracked_in_band_fraction=float(pass_rates["pass_rate"].between(*band).mean()) if len(pass_rates) else 0.0,
         val_greedy_accuracy=val_accuracy,

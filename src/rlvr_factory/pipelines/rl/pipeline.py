@@ -15,7 +15,7 @@ from rlvr_factory.pipelines.rl.nodes import (
     verify,
 )
 
-PARAMETERS = {"params:domain", "params:verify", "params:rl", "params:evaluate"}
+PARAMETERS = {"params:domain", "params:verify", "params:rl", "params:evaluate", "params:rollout"}
 
 # Rounds hand their policy and stats to the next block by namespaced names (`round_000.stats`);
 # Kedro warns about any dotted name outside a namespace, which here is the point.
@@ -34,7 +34,7 @@ def round_pipeline(round_index: int, with_reference: bool) -> Pipeline:
     return Pipeline(
         [
             Node(_for_round(rollout, round_index),
-                 ["policy", "train_tasks", "params:rl", "params:domain", "params:verify", *previous],
+                 ["policy", "train_tasks", "params:rl", "params:domain", "params:verify", "params:rollout", *previous],
                  ["rollouts", "rollout_stats"], name="rollout"),
             Node(verify, ["rollouts", "train_tasks", "params:domain", "params:verify"], ["scored", "verify_stats"],
                  name="verify"),
@@ -42,7 +42,7 @@ def round_pipeline(round_index: int, with_reference: bool) -> Pipeline:
             Node(
                 _for_round(update, round_index),
                 ["policy", "scored", "validation_tasks", "rollout_stats", "verify_stats", "pass_rates",
-                 "params:domain", "params:verify", "params:rl", "params:evaluate", *reference],
+                 "params:domain", "params:verify", "params:rl", "params:evaluate", "params:rollout", *reference],
                 ["next_policy", "stats", "mlflow_metrics"],
                 name="update",
             ),

@@ -1,0 +1,239 @@
+"""The agent loop: a batch of episodes, all active ones advancing one turn per batched generate call.
+
+    task ─► env.reset ─► [ engine.generate (all active episodes) ─► env.step (each) ] × turns ─► episode
+
+Each turn the engine continues every active episode's context (its own token ids, so the
+policy's tokens are never re-tokenized); the environments step on the decoded actions; each
+observation is encoded on its own and appended. An episode ends when its environment says
+`done`, when an action runs out of tokens (`length`), at `max_turns`, when the next turn
+would not fit `max_context_tokens` (`context_budget`), or when an environment call fails
+(`error`, `timeout`, `infra_error`; that episode only). An episode the loop cut short before
+its environment said `done` is not judged: reward 0, breakdown `unfinished`. A single-turn
+domain is a one-turn episode through the same code.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Callable, Mapping, Sequence
+
+from rlvr_factory.domains.base import Domain, Environment, Step, Task, environment_for, member
+from rlvr_factory.models.policy import Policy
+from rlvr_factory.rollout.chat import NON_APPEND_ONLY, ChatFormat, Message
+from rlvr_factory.rollout.engine import Engine, EngineStats, Request, SamplingConfig
+from rlvr_factory.rollout.episode import LOOP_BUDGETS, Episode, Turn
+from rlvr_factory.rollout.hf import TransformersEngine
+from rlvr_factory.rollout.steps import Executor, ExecutorConfig, Failed
+from rlvr_factory.verifiers.score import Score
+
+log = logging.getLogger(__name__)
+UNFINISHED = Score(reward=0.0, correct=False, breakdown={"unfinished": 1.0})
+
+
+@dataclass(frozen=True)
+class MultiTurnConfig:
+    observation_role: str = "tool"  # the chat role observations are rendered as
+    non_append_only: str = "error"  # a chat template that is not append-only: error | per_turn_samples
+
+    def __post_init__(self) -> None:
+        if self.non_append_only not in NON_APPEND_ONLY:
+            raise ValueError(f"rollout.multi_turn.non_append_only must be one of {NON_APPEND_ONLY}, got {self.non_append_only!r}")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    max_turns: int = 1  # actions per episode at most
+    max_context_tokens: int | None = None  # an episode ends before a turn that could exceed this many tokens
+    reuse_kv: bool = True  # continue each episode from its KV cache instead of recomputing its history
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
+    environment: ExecutorConfig = field(default_factory=ExecutorConfig)
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1:
+            raise ValueError(f"rollout.max_turns must be at least 1, got {self.max_turns}")
+        if self.max_context_tokens is not None and self.max_context_tokens < 1:
+            raise ValueError(f"rollout.max_context_tokens must be positive or null, got {self.max_context_tokens}")
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any] | None) -> RolloutConfig:
+        """The `rollout` parameter block; unknown keys are refused with the known ones named."""
+        params = dict(params or {})
+        nested = {"multi_turn": MultiTurnConfig, "environment": ExecutorConfig}
+        return cls(**{k: _build(nested[k], v, f"rollout.{k}") if k in nested else v
+                      for k, v in _known(cls, params, "rollout").items()})
+
+
+def _known(cls: type, params: Mapping[str, Any], where: str) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(params) - names)
+    if unknown:
+        raise ValueError(f"unknown {where} settings {unknown}; expected some of {sorted(names)}")
+    return dict(params)
+
+
+def _build(cls: type, params: Mapping[str, Any] | None, where: str) -> Any:
+    return cls(**_known(cls, params or {}, where))
+
+
+def defer_to_verifier(answer: str, reference: dict[str, Any]) -> None:
+    """The scorer episodes run with: no verdict now; the verify station judges the answer in one batch."""
+    return None
+
+
+def environments_of(domain: Domain) -> Callable[[Task], Environment]:
+    """A fresh environment for a task, from the domain that owns it (a mix's member), judged by the verify station."""
+    return lambda task: environment_for(member(domain, task.domain), scorer=defer_to_verifier)
+
+
+def chat_format(tokenizer: Any, config: RolloutConfig) -> ChatFormat:
+    """How the run's episodes become token ids under `tokenizer`'s chat template."""
+    return ChatFormat(tokenizer, config.multi_turn.observation_role)
+
+
+def turn_seed(seed: int, turn: int) -> int:
+    """The sampling seed of one turn (the first turn's is `seed` itself)."""
+    return seed + turn * 1_000_003
+
+
+def episode_layout(chat: ChatFormat, config: RolloutConfig) -> bool:
+    """Whether episodes use the per-turn layout; checks that a multi-turn run's chat template is append-only."""
+    if config.max_turns == 1:
+        return False
+    try:
+        chat.check_append_only()
+    except ValueError:
+        if config.multi_turn.non_append_only == "per_turn_samples":
+            return True
+        raise
+    return False
+
+
+def run_episodes(
+    engine: Engine, chat: ChatFormat, tasks: Sequence[Task], samples: int, make_env: Callable[[Task], Environment],
+    config: RolloutConfig, sampling: SamplingConfig,
+) -> tuple[list[Episode], dict[str, float]]:
+    """`samples` episodes of each task (task-major order) and the loop's stats: `rollout_seconds`,
+    `tokens_per_second`, `env_seconds` and the engine's counts (`engine_seconds`, `engine_new_tokens`,
+    `engine_prefill_tokens` and `engine_cached_tokens`, also per turn as `engine_prefill_tokens_turn_<t>`)."""
+    start = time.perf_counter()
+    per_turn = episode_layout(chat, config)
+    jobs = [(i, s) for i in range(len(tasks)) for s in range(samples)]
+    episodes = [Episode(i, s, [], per_turn=per_turn) for i, s in jobs]
+    histories: list[list[Message] | None] = [None] * len(jobs)  # per-turn layout: each episode's messages
+    nonce = object()  # engine cache keys of this batch of episodes
+    stats: dict[str, float] = defaultdict(float)
+    with Executor(config.environment) as executor:
+        envs = _start(executor, [make_env(tasks[i]) for i, _ in jobs], tasks, episodes, histories, chat)
+        for turn in range(config.max_turns):
+            contexts = {k: _context(e, chat, histories[k]) for k, e in enumerate(episodes) if not e.finished}
+            for k, context in list(contexts.items()):
+                if config.max_context_tokens is not None and len(context) + sampling.max_new_tokens > config.max_context_tokens:
+                    _finish(episodes[k], "context_budget", UNFINISHED, out_of_budget=True)
+                    del contexts[k]
+            if not contexts:
+                break
+            generations, engine_stats = engine.generate(
+                [Request(c, (nonce, k)) for k, c in contexts.items()], replace(sampling, seed=turn_seed(sampling.seed, turn))
+            )
+            _count(stats, engine_stats, turn)
+            actions = [chat.tokenizer.decode(g.token_ids, skip_special_tokens=True) for g in generations]
+            stepped = executor.run("step", [envs[k] for k in contexts], actions)
+            for (k, context), g, action, (env, result) in zip(contexts.items(), generations, actions, stepped):
+                envs[k] = env
+                episodes[k].turns.append(Turn(action, g.token_ids, g.logprobs, g.finish_reason,
+                                              context_ids=context if per_turn else None))
+                _advance(episodes[k], result, chat, histories[k], last_turn=turn + 1 == config.max_turns)
+        stats["env_seconds"] = executor.seconds
+    _log_failures(episodes)
+    stats.update(rollout_seconds=time.perf_counter() - start,
+                 tokens_per_second=stats["engine_new_tokens"] / max(stats["engine_seconds"], 1e-9))
+    return episodes, dict(stats)
+
+
+def _start(
+    executor: Executor, envs: list[Environment], tasks: Sequence[Task], episodes: list[Episode],
+    histories: list[list[Message] | None], chat: ChatFormat,
+) -> list[Environment]:
+    """Reset every environment; each episode's prompt ids are its first observation rendered as a user message."""
+    prompts: dict[str, list[int]] = {}
+    started = executor.run("reset", envs, [tasks[e.task_index] for e in episodes])
+    for k, (env, first) in enumerate(started):
+        envs[k] = env
+        if isinstance(first, Failed):
+            _fail(episodes[k], first)
+            continue
+        if first not in prompts:
+            prompts[first] = chat.prompt_ids(first)
+        episodes[k].prompt_ids = prompts[first]
+        if episodes[k].per_turn:
+            histories[k] = [Message("user", first)]
+    return envs
+
+
+def _count(stats: dict[str, float], engine: EngineStats, turn: int) -> None:
+    stats["engine_seconds"] += engine.seconds
+    stats["engine_new_tokens"] += engine.new_tokens
+    stats["engine_prefill_tokens"] += engine.prefill_tokens
+    stats["engine_cached_tokens"] += engine.cached_tokens
+    stats[f"engine_prefill_tokens_turn_{turn}"] = float(engine.prefill_tokens)
+
+
+def _context(episode: Episode, chat: ChatFormat, history: list[Message] | None) -> list[int]:
+    """The tokens the next action continues: appended (append-only layout) or rendered by the template (per-turn)."""
+    return episode.context_ids if history is None else chat.render(history)
+
+
+def _advance(episode: Episode, result: Step | Failed, chat: ChatFormat, history: list[Message] | None, last_turn: bool) -> None:
+    """Record one step's result on the episode's last turn; end the episode when it should end."""
+    turn = episode.turns[-1]
+    if isinstance(result, Failed):
+        _fail(episode, result)
+        return
+    turn.reward = float(result.reward)
+    for key, value in result.info.items():
+        episode.info[key] = episode.info.get(key, 0.0) + float(value)
+    truncated = turn.finish_reason == "length"
+    if result.done:
+        reason = "length" if truncated else (result.finish_reason or "done")
+        _finish(episode, reason, result.score, out_of_budget=truncated or result.out_of_budget)
+        if result.score is None:
+            episode.answer = turn.action
+    elif truncated or last_turn:
+        _finish(episode, "length" if truncated else "max_turns", UNFINISHED, out_of_budget=True)
+    else:
+        turn.observation = result.observation
+        if history is None:
+            turn.observation_ids = chat.observation_ids(result.observation)
+        else:
+            history += [Message("assistant", turn.action), Message(chat.observation_role, result.observation)]
+
+
+def _fail(episode: Episode, failure: Failed) -> None:
+    _finish(episode, failure.status, Score(0.0, False, status=failure.status))
+    episode.error = failure.message
+
+
+def _log_failures(episodes: Sequence[Episode]) -> None:
+    failed = [e for e in episodes if e.error is not None]
+    if failed:
+        log.warning("%d of %d episodes ended by a failed environment call, e.g. %s", len(failed), len(episodes),
+                    failed[0].error)
+
+
+def _finish(episode: Episode, reason: str, score: Score | None, out_of_budget: bool = False) -> None:
+    episode.finish_reason = reason
+    episode.score = score
+    episode.out_of_budget = out_of_budget or reason in LOOP_BUDGETS
+
+
+def sample_episodes(
+    policy: Policy, domain: Domain, tasks: Sequence[Task], samples: int, config: RolloutConfig,
+    sampling: SamplingConfig, desc: str = "rollout",
+) -> tuple[list[Episode], dict[str, float]]:
+    """`run_episodes` with the transformers engine on `policy`, in the domain's environments."""
+    engine = TransformersEngine(policy, reuse_kv=config.reuse_kv, desc=desc)
+    return run_episodes(engine, chat_format(policy.tokenizer, config), tasks, samples, environments_of(domain),
+                        config, sampling)

@@ -1,0 +1,61 @@
+"""The inference-engine interface the agent loop samples through: token ids in, token ids out.
+
+An engine takes each episode's whole context as token ids and returns the tokens it sampled,
+exactly, with their sampling log-probs and why generation stopped. It may keep what it
+computed for a context (a KV cache) and reuse it when a later context extends that context:
+the transformers engine (`rollout.hf.TransformersEngine`) continues each episode from its
+cache, a vLLM engine gets the same from its prefix cache. `key` names the episode a request
+belongs to, so an engine can find its cache without hashing the context; an engine is free
+to ignore it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Hashable, Protocol, Sequence
+
+FINISH_REASONS = ("stop", "length")  # the end-of-turn token was sampled | the turn's token budget ran out
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    max_new_tokens: int = 48  # token budget of one turn; a turn that reaches it ends with finish_reason=length
+    temperature: float = 1.0  # 0 means greedy decoding
+    top_p: float = 1.0  # nucleus sampling mass
+    batch_size: int = 256  # sequences per forward batch
+    seed: int = 0  # sampling seed (combine with the round index for fresh samples)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One context to continue: the episode's token ids so far, and the episode it belongs to."""
+
+    context: Sequence[int]
+    key: Hashable = None
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What the engine sampled for one request, exactly as sampled."""
+
+    token_ids: list[int]  # the sampled tokens, the end-of-turn token included when it was sampled
+    logprobs: list[float]  # log-probability of each under the distribution it was sampled from
+    finish_reason: str  # "stop" or "length"
+
+
+@dataclass
+class EngineStats:
+    """What one `generate` call computed: prompt tokens run through the model, tokens sampled, seconds."""
+
+    prefill_tokens: int = 0  # context tokens the model computed (not the ones a cache already held)
+    cached_tokens: int = 0  # context tokens taken from a cache
+    new_tokens: int = 0  # tokens sampled
+    seconds: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class Engine(Protocol):
+    """Samples continuations of token contexts, in batches, deterministically for a given seed."""
+
+    def generate(self, requests: Sequence[Request], config: SamplingConfig) -> tuple[list[Generation], EngineStats]:
+        """One turn for every request, in order; the end-of-turn token or `config.max_new_tokens` ends each."""

@@ -1,0 +1,129 @@
+"""Run a turn's environment calls (`reset`, `step`): in this process, or as jobs of the task scheduler.
+
+`inline` calls each environment in turn in the rollout's process: right for cheap steps (a
+calculator, a single-turn answer whose verdict the verify station computes). `scheduler`
+sends each call, with its environment, to a worker process as a scheduler job: calls run in
+parallel, each under a wall-clock limit, and the environment comes back with its new state.
+That suits expensive steps (a sandboxed test run); the environment must be picklable.
+
+Either way a call that raises ends its episode only: `error` (the environment failed on this
+input), `timeout` (it overran, scheduler only) or `infra_error` (it raised
+`rlvr_factory.scheduler.InfraError`, e.g. a sandbox that would not start, on every attempt a
+retry policy allows; such an episode is left out of the loss).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from rlvr_factory.domains.base import Environment, Step
+from rlvr_factory.scheduler import InfraError, RetryPolicy, create_scheduler
+
+EXECUTORS = ("inline", "scheduler")
+
+
+@dataclass(frozen=True)
+class Failed:
+    """An environment call that did not return: why (`error`, `timeout`, `infra_error`) and what was said."""
+
+    status: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    executor: str = "inline"  # inline: in the rollout's process | scheduler: jobs on worker processes
+    timeout_seconds: float = 60.0  # wall-clock limit of one call (scheduler only)
+    workers: int = 2  # scheduler workers
+    retry: dict[str, Any] = field(default_factory=lambda: {"max_attempts": 2, "backoff_seconds": 0.05})
+    scheduler: dict[str, Any] = field(default_factory=dict)  # further scheduler settings (backend, ray, ...)
+
+    def __post_init__(self) -> None:
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"rollout.environment.executor must be one of {EXECUTORS}, got {self.executor!r}")
+        if self.timeout_seconds <= 0:
+            raise ValueError(f"rollout.environment.timeout_seconds must be positive, got {self.timeout_seconds}")
+
+
+class _EnvironmentCall:
+    """The scheduler job function: one environment call, returned with the environment it changed.
+
+    It carries one environment of the run, so a worker imports the environment's code when it
+    loads the function as it starts, not inside the first call's time limit.
+    """
+
+    def __init__(self, example: Environment) -> None:
+        self.example = example
+
+    def __call__(self, payload: tuple[Environment, str, Any]) -> tuple[Environment, Any]:
+        env, method, argument = payload
+        return env, _checked(method, getattr(env, method)(argument))
+
+
+def _checked(method: str, result: Any) -> Any:
+    if method == "step" and not isinstance(result, Step):
+        raise TypeError(f"step() returned a {type(result).__name__}, not a Step")
+    if method == "reset" and not isinstance(result, str):
+        raise TypeError(f"reset() returned a {type(result).__name__}, not the observation as a str")
+    return result
+
+
+class Executor:
+    """Runs `reset` or `step` on many environments; `run` returns each one's (environment, result or `Failed`)."""
+
+    def __init__(self, config: ExecutorConfig) -> None:
+        self.config = config
+        self.retry = RetryPolicy(**{"retry_timeouts": False, **config.retry})
+        self.seconds = 0.0
+        self._scheduler = None
+        self._job: _EnvironmentCall | None = None
+        if config.executor == "scheduler":
+            self._scheduler = create_scheduler({
+                **config.scheduler, "workers": config.workers, "timeout_seconds": config.timeout_seconds,
+                "retry": {"retry_timeouts": False, **config.retry},
+            })
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the scheduler's workers, if any."""
+        if self._scheduler is not None:
+            self._scheduler.close()
+
+    def run(self, method: str, envs: Sequence[Environment], arguments: Sequence[Any]) -> list[tuple[Environment, Any]]:
+        """`env.<method>(argument)` for each pair, in order."""
+        start = time.perf_counter()
+        if self._scheduler is None:
+            out = [(env, self._inline(method, env, argument)) for env, argument in zip(envs, arguments, strict=True)]
+        else:
+            if self._job is None and envs:
+                self._job = _EnvironmentCall(envs[0])
+                self._scheduler.register(self._job)
+            ids = [self._scheduler.submit(self._job, (env, method, a)) for env, a in zip(envs, arguments, strict=True)]
+            out = [
+                r.value if r.ok else (env, Failed(r.status, r.error or r.status))
+                for env, r in zip(envs, self._scheduler.results(ids))
+            ]
+        self.seconds += time.perf_counter() - start
+        return out
+
+    def _inline(self, method: str, env: Environment, argument: Any) -> Any:
+        """One call here; a `reset` that raises `InfraError` is retried with the policy's backoff."""
+        attempts = self.retry.max_attempts if method == "reset" else 1
+        attempt = 1
+        while True:
+            try:
+                return _checked(method, getattr(env, method)(argument))
+            except InfraError as e:
+                if attempt >= attempts:
+                    return Failed("infra_error", f"{method}: {e}")
+                time.sleep(self.retry.backoff(attempt))
+                attempt += 1
+            except Exception as e:  # noqa: BLE001 - an environment that fails ends its episode, not the run
+                return Failed("error", f"{method}: {type(e).__name__}: {e}")

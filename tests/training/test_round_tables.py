@@ -1,0 +1,78 @@
+"""The rollouts and scored tables of multi-turn episodes, and the episode metrics of a round."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from rlvr_factory.domains import Task
+from rlvr_factory.rollout.episode import Episode, Turn
+from rlvr_factory.training.rounds import rollouts_frame, round_metrics, samples_from_scored, scored_frame, verdicts
+from rlvr_factory.verifiers.score import Score
+
+TASKS = [Task("a", "arithmetic", "Compute 1+2", {"answer": "3"}, 1, "train", "t"),
+         Task("b", "arithmetic", "Compute 2+2", {"answer": "4"}, 2, "train", "t")]
+
+
+def tool_episode(task_index, sample_index, correct: bool) -> Episode:
+    call = Turn("<calc>1+2</calc>", [10, 11, 2], [-0.1, -0.2, -0.3], "stop", "<result>3</result>", [20, 21, 22, 23])
+    answer = Turn("\\boxed{3}", [12, 2], [-0.4, -0.5], "stop", reward=0.5)
+    return Episode(task_index, sample_index, [1, 2, 3], [call, answer], "done", answer="\\boxed{3}" if correct else "x",
+                   info={"tool_calls": 1.0, "tool_errors": 0.0})
+
+
+def budget_episode(task_index, sample_index) -> Episode:
+    call = Turn("<calc>1</calc>", [10, 2], [-0.1, -0.2], "stop")
+    return Episode(task_index, sample_index, [1, 2], [call], "max_turns", out_of_budget=True,
+                   score=Score(0.0, False, breakdown={"unfinished": 1.0}), info={"tool_calls": 1.0})
+
+
+def frames(tmp_path):
+    episodes = [tool_episode(0, 0, True), budget_episode(0, 1), tool_episode(1, 0, False), budget_episode(1, 1)]
+    rollouts = rollouts_frame(episodes, TASKS, 3, 7)
+    rollouts.to_parquet(tmp_path / "r.parquet")
+    rollouts = pd.read_parquet(tmp_path / "r.parquet")
+    judged = [Score(1.0, True), None, Score(0.0, False), None]
+    scores = [j if j is not None else v for j, v in zip(judged, verdicts(rollouts))]
+    return episodes, rollouts, scored_frame(rollouts, scores, 0.4)
+
+
+def test_a_rollouts_row_is_the_whole_trajectory(tmp_path):
+    episodes, rollouts, _ = frames(tmp_path)
+    row = rollouts.iloc[0]
+    assert list(row["completion_ids"]) == [10, 11, 2, 20, 21, 22, 23, 12, 2]
+    assert list(row["loss_mask"]) == [1, 1, 1, 0, 0, 0, 0, 1, 1]
+    assert list(row["logprobs"]) == pytest.approx([-0.1, -0.2, -0.3, 0, 0, 0, 0, -0.4, -0.5])
+    assert row["completion"] == "<calc>1+2</calc><result>3</result>\\boxed{3}"
+    assert row["completion_tokens"] == 5 and row["num_turns"] == 2 and row["prompt_tokens"] == 3
+    assert [t["reward"] for t in json.loads(row["turns"])] == [0.0, 0.5]
+    assert row["answer"] == "\\boxed{3}" and pd.isna(row["verdict"])  # judged by the verify station
+    assert json.loads(rollouts.iloc[1]["verdict"]) == {"reward": 0.0, "correct": False, "status": "ok",
+                                                      "breakdown": {"unfinished": 1.0}}
+    assert (row["round"], row["policy_version"], row["task_id"]) == (3, 7, "a")
+
+
+def test_the_scored_breakdown_counts_the_episodes_tool_calls(tmp_path):
+    _, _, scored = frames(tmp_path)
+    assert json.loads(scored.iloc[0]["reward_breakdown"]) == {"tool_calls": 1.0, "tool_errors": 0.0}
+    assert json.loads(scored.iloc[1]["reward_breakdown"]) == {"tool_calls": 1.0, "unfinished": 1.0}
+    assert list(scored["reward"]) == [1.0, 0.0, 0.0, 0.0] and scored["verify_ms"].iloc[0] == pytest.approx(100.0)
+
+
+def test_samples_carry_the_loss_mask_turns_and_turn_rewards(tmp_path):
+    _, _, scored = frames(tmp_path)
+    first = samples_from_scored(scored)[0]
+    assert first.loss_mask == [1, 1, 1, 0, 0, 0, 0, 1, 1]
+    assert first.token_turns == [0] * 7 + [1] * 2 and first.turn_rewards == [0.0, 0.5]
+
+
+def test_multi_turn_rounds_report_turns_tool_calls_success_by_turns_and_budget_endings(tmp_path):
+    _, _, scored = frames(tmp_path)
+    metrics = round_metrics(scored, max_turns=3)
+    assert metrics["turns_per_episode"] == 1.5
+    assert metrics["tool_calls_per_episode"] == 1.0 and metrics["tool_errors_per_episode"] == 0.0
+    assert metrics["ended_by_budget_fraction"] == 0.5
+    assert metrics["episodes_fraction/turns_1"] == 0.5 and metrics["episodes_fraction/turns_3"] == 0.0
+    assert metrics["pass_rate/turns_2"] == 0.5 and metrics["pass_rate/turns_1"] == 0.0
+    assert "pass_rate/turns_3" not in metrics  # no episode took three turns
+    assert "turns_per_episode" not in round_metrics(scored)  # single-turn runs keep their metrics as they were
