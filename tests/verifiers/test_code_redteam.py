@@ -178,7 +178,7 @@ def test_an_attack_earns_nothing_and_leaves_the_host_as_it_was(verifier, listene
     assert accepted == []
     box = verifier.sandbox()
     assert box.alive
-    assert len(descendants(box.host_pid)) == 1  # the agent alone: nothing the attack started survives
+    assert len(descendants(box.host_pid)) == 2  # the agent and its template: nothing the attack started survives
 
 
 def test_a_truthy_object_does_not_pass_truth_tests(verifier):

@@ -32,8 +32,9 @@ import os
 import pickle
 import resource
 import select
-import shutil
 import signal
+import socket
+import stat
 import struct
 import sys
 import tarfile
@@ -260,11 +261,14 @@ def serve_program(source: str, rfd: int, wfd: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The agent process.
+# Where every run starts: a pristine template process.
 
 
 def apply_limits(limits: dict) -> None:
-    """Set this process's rlimits from a `Limits` dict (CPU s, memory MB, processes, file size MB, open files)."""
+    """Set this process's rlimits from a `Limits` dict (CPU s, memory MB, processes, file size MB, open files).
+
+    POSIX message queues are refused outright (they would outlive the run in the sandbox's IPC namespace).
+    """
     mb = 1024 * 1024
     settings = [
         (resource.RLIMIT_CPU, int(limits["cpu_s"]), int(limits["cpu_s"]) + 1),
@@ -273,12 +277,281 @@ def apply_limits(limits: dict) -> None:
         (resource.RLIMIT_FSIZE, int(limits["file_size_mb"]) * mb, int(limits["file_size_mb"]) * mb),
         (resource.RLIMIT_NOFILE, int(limits["open_files"]), int(limits["open_files"])),
         (resource.RLIMIT_CORE, 0, 0),
+        (resource.RLIMIT_MSGQUEUE, 0, 0),
     ]
     for which, soft, hard in settings:
         _, current_hard = resource.getrlimit(which)
         if current_hard != resource.RLIM_INFINITY:
             soft, hard = min(soft, current_hard), min(hard, current_hard)
         resource.setrlimit(which, (soft, hard))
+
+
+# The descriptors a run receives, in this order: its job channel (the job, then a program's calls),
+# its stdin, stdout, stderr, and the channel a program replies on.
+_JOB_FDS = 5
+SPAWN_TIMEOUT_S = 2.0  # a template that does not answer in this time is taken for dead
+
+
+def _run_job(fds: list[int], limits: dict, workspace: str) -> None:
+    """In a fresh run process (forked from the template): set up, read the job, become it. Never returns."""
+    job, stdin, stdout, stderr, reply = fds
+    try:
+        os.setsid()
+        for signum in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
+            signal.signal(signum, signal.SIG_DFL)
+        for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
+            os.dup2(fd, target)
+        os.closerange(3, min(job, reply))
+        os.closerange(min(job, reply) + 1, max(job, reply))
+        os.closerange(max(job, reply) + 1, 1 << 16)
+        os.chdir(workspace)
+        apply_limits(limits)
+        message = safe_loads(read_frame(job) or b"")
+        if message[0] == "exec":
+            _, argv, env = message
+            os.close(job)
+            os.close(reply)
+            try:
+                os.execvpe(argv[0], argv, env)
+            except BaseException as e:  # noqa: BLE001
+                os.write(2, f"sandbox: cannot run {argv[0]!r}: {e}\n".encode())
+            os._exit(127)
+        serve_program(message[1], job, reply)
+    finally:
+        os._exit(1)
+
+
+def _serve_template(sock: socket.socket, workspace: str, pid1: bool) -> None:
+    """The template's loop: fork a run process per ("spawn", limits) request, kill all on ("kill",).
+
+    The template is forked from the agent before the agent has received anything but its
+    configuration, and it is never sent a program, an input or an output: each run process
+    starts as a copy of it, so nothing of an earlier run is in its memory. A run process is
+    forked twice, so that it is the agent's child (the agent reaps it) and not the template's.
+    """
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, 4096, _JOB_FDS)
+        except OSError:
+            os._exit(0)
+        if not data:
+            os._exit(0)
+        try:
+            message = safe_loads(data)
+        except ProtocolError:
+            message = ("?",)
+        if message[0] == "spawn" and len(fds) == _JOB_FDS:
+            answer = ("spawned", _fork_run(fds, message[1], workspace))
+        elif message[0] == "kill" and pid1:
+            try:
+                os.kill(-1, signal.SIGKILL)  # every process of the sandbox but PID 1 (the agent) and this one
+            except ProcessLookupError:
+                pass
+            answer = ("killed",)
+        else:
+            answer = ("refused",)
+        for fd in fds:
+            os.close(fd)
+        sock.send(dumps(answer))
+
+
+def _fork_run(fds: list[int], limits: dict, workspace: str) -> int:
+    """Start a run process through an intermediate that exits at once (so the run is the agent's); its pid."""
+    pid_r, pid_w = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        os.close(pid_r)
+        run = os.fork()
+        if run == 0:
+            os.close(pid_w)
+            _run_job(fds, limits, workspace)
+        os.write(pid_w, struct.pack("!i", run))
+        os._exit(0)
+    os.close(pid_w)
+    raw = os.read(pid_r, 4)
+    os.close(pid_r)
+    os.waitpid(middle, 0)
+    return struct.unpack("!i", raw)[0] if len(raw) == 4 else -1
+
+
+class Template:
+    """The agent's handle on its template process (see `_serve_template`)."""
+
+    def __init__(self, workspace: str, pid1: bool) -> None:
+        agent_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.pid = os.fork()
+        if self.pid == 0:
+            agent_end.close()
+            os.dup2(0, 2)  # /dev/null: nothing of the host's channels stays open in the template
+            os.closerange(3, template_end.fileno())
+            os.closerange(template_end.fileno() + 1, 1 << 16)
+            try:
+                _serve_template(template_end, workspace, pid1)
+            finally:
+                os._exit(0)
+        template_end.close()
+        self.sock = agent_end
+        self.alive = True
+
+    def _ask(self, message: tuple, fds: list[int] = ()) -> tuple | None:
+        if not self.alive:
+            return None
+        try:
+            socket.send_fds(self.sock, [dumps(message)], list(fds))
+            if not select.select([self.sock], [], [], SPAWN_TIMEOUT_S)[0]:
+                raise TimeoutError
+            answer = safe_loads(self.sock.recv(4096))
+        except (OSError, TimeoutError, ProtocolError):
+            answer = None
+        if not (type(answer) is tuple and answer):
+            self.alive = False
+            return None
+        return answer
+
+    def spawn(self, limits: dict, fds: list[int]) -> int | None:
+        """The pid of a fresh run process holding `fds`, or None when the template is gone."""
+        answer = self._ask(("spawn", limits), fds)
+        if answer is None or answer[0] != "spawned" or not isinstance(answer[1], int) or answer[1] <= 0:
+            self.alive = False
+            return None
+        return answer[1]
+
+    def kill_others(self) -> bool:
+        """Have the template kill every other process of the sandbox but PID 1; False when it is gone."""
+        answer = self._ask(("kill",))
+        return answer is not None and answer[0] == "killed"
+
+
+# ---------------------------------------------------------------------------------------------
+# What a run leaves behind, removed and checked.
+
+RESET_BUDGET_S = 2.0  # a reset that takes longer is abandoned and the sandbox replaced
+
+
+class Unclean(Exception):
+    """A reset could not prove that nothing of the last run is left: the sandbox must be replaced."""
+
+
+def _fresh_name(dirfd: int, counter: list[int]) -> str:
+    """A name not taken in the directory `dirfd`."""
+    while True:
+        counter[0] += 1
+        name = f".rlvr-reset-{counter[0]}"
+        try:
+            os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return name
+
+
+def clear_directory(path: str, keep: frozenset[str] = frozenset(), deadline: float = float("inf")) -> None:
+    """Remove everything in `path` but the entries named in `keep`, however deep, locked or odd the tree.
+
+    Without recursion: each directory's entries are moved up into `path`, unlocked (the run's
+    files all belong to the sandbox user), and the emptied directory removed, so any depth and
+    any permissions are undone in time linear in the number of entries. Unclean if it overruns
+    `deadline` or anything is left.
+    """
+    dirfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    counter = [0]
+    try:
+        while True:
+            names = [n for n in os.listdir(dirfd) if n not in keep]
+            if not names:
+                return
+            for name in names:
+                if time.monotonic() > deadline:
+                    raise Unclean(f"clearing {path} ran past its {RESET_BUDGET_S} s budget")
+                _remove_entry(dirfd, name, counter)
+    except OSError as e:
+        raise Unclean(f"cannot clear {path}: {e}") from None
+    finally:
+        os.close(dirfd)
+
+
+def _remove_entry(dirfd: int, name: str, counter: list[int]) -> None:
+    """Unlink a file, or move a directory's entries up into `dirfd` and remove the directory."""
+    if not stat.S_ISDIR(os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode):
+        os.unlink(name, dir_fd=dirfd)
+        return
+    os.chmod(name, 0o700, dir_fd=dirfd)  # a directory, not a link: nothing else runs to swap it
+    sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dirfd)
+    try:
+        for child in os.listdir(sub):
+            if stat.S_ISDIR(os.stat(child, dir_fd=sub, follow_symlinks=False).st_mode):
+                os.chmod(child, 0o700, dir_fd=sub)  # moving a directory writes its '..'
+            os.rename(child, _fresh_name(dirfd, counter), src_dir_fd=sub, dst_dir_fd=dirfd)
+    finally:
+        os.close(sub)
+    os.rmdir(name, dir_fd=dirfd)
+
+
+_IPC = (("shm", "shmctl"), ("msg", "msgctl"), ("sem", "semctl"))
+_IPC_RMID = 0
+
+
+def remove_ipc_objects() -> None:
+    """Remove every System V shared-memory segment, message queue and semaphore set of this IPC namespace."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for kind, control in _IPC:
+        for ident in _ipc_ids(kind):
+            if kind == "sem":
+                getattr(libc, control)(ident, 0, _IPC_RMID)
+            else:
+                getattr(libc, control)(ident, _IPC_RMID, None)
+        if _ipc_ids(kind):
+            raise Unclean(f"System V {kind} objects outlived the run")
+
+
+def _ipc_ids(kind: str) -> list[int]:
+    try:
+        with open(f"/proc/sysvipc/{kind}") as table:
+            return [int(line.split()[1]) for line in table.readlines()[1:] if line.strip()]
+    except OSError:
+        return []
+
+
+class Skeleton:
+    """The sandbox's own paths inside its writable roots (the mount points of a Python installation
+    under /tmp, and the directories leading to them): kept by a reset, checked to be as they started."""
+
+    def __init__(self, roots: list[str], mounts: list[str]) -> None:
+        self.entries: dict[str, tuple[int, int, int]] = {}
+        self.dirs: list[str] = []  # the directories between a root and a mount point, outermost first
+        for mount in mounts:
+            root = next((r for r in roots if mount.startswith(r.rstrip("/") + "/")), None)
+            if root is None:
+                continue
+            parts = []
+            parent = os.path.dirname(mount)
+            while parent != root:
+                parts.insert(0, parent)
+                parent = os.path.dirname(parent)
+            for path in [*parts, mount]:
+                info = os.stat(path, follow_symlinks=False)
+                self.entries[path] = (info.st_dev, info.st_ino, info.st_mode)
+            self.dirs += [d for d in parts if d not in self.dirs]
+
+    def names_in(self, directory: str) -> frozenset[str]:
+        """The names in `directory` that belong to the skeleton."""
+        return frozenset(os.path.basename(p) for p in self.entries if os.path.dirname(p) == directory)
+
+    def check(self) -> None:
+        """Undo mode changes on the skeleton, then check that every part of it is where it was."""
+        for path, (dev, ino, mode) in self.entries.items():
+            try:
+                info = os.stat(path, follow_symlinks=False)
+                if (info.st_dev, info.st_ino) == (dev, ino) and info.st_mode != mode:
+                    os.chmod(path, stat.S_IMODE(mode))
+                    info = os.stat(path, follow_symlinks=False)
+            except OSError as e:
+                raise Unclean(f"the sandbox's own {path} is gone: {e}") from None
+            if (info.st_dev, info.st_ino, info.st_mode) != (dev, ino, mode):
+                raise Unclean(f"the sandbox's own {path} was changed")
+
+
+# ---------------------------------------------------------------------------------------------
+# The agent process.
 
 
 class _Capture:
@@ -306,14 +579,25 @@ class _Capture:
 
 
 class Agent:
-    """Serves the host's commands; at most one child (command or program) runs at a time."""
+    """Serves the host's commands; at most one run (command or program) at a time.
+
+    Every run is a fresh process forked from the template, never from the agent, whose memory
+    holds what earlier runs sent and returned. After a run every other process is killed and
+    the workspace, /tmp, /dev/shm and the IPC namespace are reset; when a reset cannot prove
+    it removed everything, the run's result says the sandbox is `spent` and the host replaces it.
+    """
 
     def __init__(self, config: dict) -> None:
         self.cin, self.cout = config["fds"]
         self.workspace = config["workspace"]
         self.scratch = [p for p in config["scratch"] if os.path.isdir(p)]
+        self.private_ipc = bool(config.get("private_ipc"))
         self.pid1 = os.getpid() == 1
         self.reset_after_run = bool(config.get("reset_after_run", True))
+        roots = [self.workspace, *self.scratch]
+        self.skeleton = Skeleton(roots, [p for p in config.get("keep", ()) if os.path.exists(p)])
+        self.modes = {d: os.stat(d).st_mode for d in [*roots, *self.skeleton.dirs]}  # what a reset restores
+        self.template = Template(self.workspace, self.pid1)
         self.base: bytes | None = None
         self.child: int | None = None
         self.captures: list[_Capture] = []
@@ -321,6 +605,7 @@ class Agent:
         self.deadline = float("inf")
         self.started = 0.0
         self._exit_status: int | None = None
+        self.spent = ""  # why this sandbox must be replaced; empty while it is clean
 
     # -- commands ------------------------------------------------------------------------------
 
@@ -341,41 +626,18 @@ class Agent:
         return ("pong", os.getpid())
 
     def _cmd_exec(self, argv, stdin, env, limits):
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        in_r, in_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                self._enter_child(limits, in_r, out_w, err_w)
-                os.execvpe(argv[0], argv, env)
-            except BaseException as e:  # noqa: BLE001
-                os.write(2, f"sandbox: cannot run {argv[0]!r}: {e}\n".encode())
-            os._exit(127)
-        for fd in (out_w, err_w, in_r):
-            os.close(fd)
-        self._started(pid, limits, out_r, err_r)
+        in_w = self._spawn(limits, ("exec", list(argv), dict(env)))
+        if in_w is None:
+            return ("result", self._finish(False, note="no run process"))
         self._feed(in_w, stdin)
         timed_out = not self._wait_exit()
         return ("result", self._finish(timed_out))
 
     def _cmd_load(self, source, limits):
-        to_child_r, to_child_w = os.pipe()
-        from_child_r, from_child_w = os.pipe()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                self._enter_child(limits, os.open(os.devnull, os.O_RDONLY), out_w, err_w,
-                                  keep=(to_child_r, from_child_w))
-                serve_program(source, to_child_r, from_child_w)
-            finally:
-                os._exit(1)
-        for fd in (to_child_r, from_child_w, out_w, err_w):
-            os.close(fd)
-        self.call_fds = (to_child_w, from_child_r)
-        self._started(pid, limits, out_r, err_r)
+        in_w = self._spawn(limits, ("load", source))
+        if in_w is None:
+            return ("dead", self._finish(False, note="no run process"))
+        os.close(in_w)
         return self._await_reply(relay=False)
 
     def _cmd_call(self, payload):
@@ -399,41 +661,42 @@ class Agent:
 
     def _cmd_restore(self, data, as_base):
         self._finish(False)
+        self._reset_workspace()
+        self._unpack(data)
         if as_base:
             self.base = data
-        self._wipe()
-        self._unpack(data)
         return ("restored",)
 
     def _cmd_reset(self):
         self._finish(False)
-        self._restore_base()
-        return ("restored",)
+        self._reset()
+        return ("restored", self.spent)
 
-    # -- children ------------------------------------------------------------------------------
+    # -- runs ----------------------------------------------------------------------------------
 
-    def _enter_child(self, limits, stdin_fd, out_fd, err_fd, keep=()) -> None:
-        """In a fresh child: own session, rlimits, the workspace as cwd, stdio redirected, nothing else open."""
-        os.setsid()
-        for signum in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, signal.SIG_DFL)
-        os.dup2(stdin_fd, 0)
-        os.dup2(out_fd, 1)
-        os.dup2(err_fd, 2)
-        keep = sorted(keep)
-        low = 3
-        for fd in keep:
-            os.closerange(low, fd)
-            low = fd + 1
-        os.closerange(low, 1 << 16)
-        os.chdir(self.workspace)
-        apply_limits(limits)
-
-    def _started(self, pid, limits, out_r, err_r) -> None:
+    def _spawn(self, limits: dict, job: tuple) -> int | None:
+        """Start a run process with `job`; the write end of its stdin, or None (and the sandbox spent)."""
+        job_r, job_w = os.pipe()
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        theirs = [job_r, in_r, out_w, err_w, reply_w]
+        pid = self.template.spawn(limits, theirs) if not self.spent else None
+        for fd in theirs:
+            os.close(fd)
         self.child = pid
         self.started = time.monotonic()
         self.deadline = self.started + float(limits["timeout_s"])
         self.captures = [_Capture(out_r, int(limits["output_bytes"])), _Capture(err_r, int(limits["output_bytes"]))]
+        self.call_fds = (job_w, reply_r)
+        if pid is None:
+            self.spent = self.spent or "the sandbox's process template is gone"
+            os.close(in_w)
+            self.child = -1
+            return None
+        write_frame(job_w, dumps(job))
+        return in_w
 
     def _open_captures(self) -> list[int]:
         return [c.fd for c in self.captures if c.fd >= 0]
@@ -442,7 +705,7 @@ class Agent:
         """select() over `fds` and the host channel; the host hanging up mid-run ends the sandbox."""
         readable, writable, _ = select.select([self.cin, *fds], write, [], timeout)
         if self.cin in readable:  # the host sends nothing while a run is on: this is its end of file
-            self._kill_all(self.child)
+            self._kill_all()
             os._exit(0)
         return readable, writable
 
@@ -515,7 +778,7 @@ class Agent:
             return ("dead", self._finish(False, note="malformed load reply"))
 
     def _finish(self, timed_out: bool, note: str = "") -> dict:
-        """Kill the child and everything else running, collect its outcome, reset the workspace."""
+        """Kill the run and everything else running, collect its outcome, reset the sandbox."""
         if self.child is None:
             return {}
         pid, self.child = self.child, None
@@ -529,7 +792,9 @@ class Agent:
             os.close(fd)
         self.call_fds = None
         out, err = self.captures
-        info = {
+        if self.reset_after_run:
+            self._reset()
+        return {
             "exit_code": os.waitstatus_to_exitcode(status) if status is not None else None,
             "stdout": bytes(out.data),
             "stderr": bytes(err.data),
@@ -537,88 +802,109 @@ class Agent:
             "timed_out": timed_out,
             "wall_s": time.monotonic() - self.started,
             "note": note,
+            "spent": self.spent,
+            "started": pid != -1,
         }
-        if self.reset_after_run:
-            self._restore_base()
-        return info
-
-    def _restore_base(self) -> None:
-        self._wipe()
-        if self.base is not None:
-            self._unpack(self.base)
 
     def _kill_all(self, pid: int | None = None) -> None:
-        """Kill every process of the sandbox but this one (PID 1); outside a PID namespace, the child's session.
+        """Kill every process of the sandbox but the agent and its template, and reap them; outside a
+        PID namespace, the run's session. Records the exit status of `pid` unless it was reaped already."""
+        if not self.pid1:
+            if pid is not None and pid > 0:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self._reap(pid, block=True)
+            return
+        if not self.template.kill_others():
+            self.spent = self.spent or "the sandbox's process template was killed"
+            os.kill(-1, signal.SIGKILL)  # the template too: the sandbox is replaced anyway
+        deadline = time.monotonic() + RESET_BUDGET_S
+        while True:
+            self._reap(pid, block=False)
+            left = [p for p in _pids() if p != 1 and not (self.template.alive and p == self.template.pid)]
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                self.spent = self.spent or f"processes {left[:5]} outlived the run"
+                return
+            time.sleep(0.0002)
 
-        Records the exit status of `pid` unless it was reaped already.
-        """
-        if self.pid1:
+    def _reap(self, pid: int | None, block: bool) -> None:
+        """Collect exited children (the run `pid`'s status is kept); notice a template that died."""
+        while True:
             try:
-                os.kill(-1, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        elif pid is not None:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        while True:  # reap our children, and (as PID 1) the orphans the kernel gave us
-            try:
-                reaped, status = os.waitpid(-1 if self.pid1 else (pid or -1), 0)
+                reaped, status = os.waitpid(pid if block else -1, 0 if block else os.WNOHANG)
             except ChildProcessError:
+                return
+            if reaped == 0:
                 return
             if reaped == pid:
                 self._exit_status = status
-                if not self.pid1:
-                    return
+            if reaped == self.template.pid:
+                self.template.alive = False
+                self.spent = self.spent or "the sandbox's process template died"
+            if block:
+                return
 
-    def _wipe(self) -> None:
-        for root in [self.workspace, *self.scratch]:
-            for name in os.listdir(root):
-                path = os.path.join(root, name)
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, onerror=_force_remove)
-                else:
-                    try:
-                        os.unlink(path)
-                    except OSError:
-                        pass
+    def _reset(self) -> None:
+        """Return the sandbox to the state every run starts from, or mark it spent."""
+        try:
+            self._reset_workspace()
+            if self.base is not None:
+                self._unpack(self.base)
+            if self.private_ipc:
+                remove_ipc_objects()
+        except Unclean as e:
+            self.spent = self.spent or str(e)
+        except Exception as e:  # noqa: BLE001 - any failure to reset means the sandbox cannot be trusted
+            self.spent = self.spent or f"reset failed: {type(e).__name__}: {e}"
+
+    def _reset_workspace(self) -> None:
+        """Empty the workspace, /tmp and /dev/shm (all but the sandbox's own mount points) and check it."""
+        deadline = time.monotonic() + RESET_BUDGET_S
+        self.skeleton.check()
+        for directory, mode in self.modes.items():  # roots first, then the skeleton's directories
+            try:
+                if os.stat(directory).st_mode != mode:
+                    os.chmod(directory, stat.S_IMODE(mode))
+            except OSError as e:
+                raise Unclean(f"cannot restore {directory}: {e}") from None
+            keep = self.skeleton.names_in(directory)
+            clear_directory(directory, keep, deadline)
+            if set(os.listdir(directory)) != keep or os.stat(directory).st_mode != mode:
+                raise Unclean(f"{directory} is not clean after the reset")
 
     def _unpack(self, data: bytes) -> None:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
             tar.extractall(self.workspace, filter="data")
 
 
-def _force_remove(function, path, _exc_info) -> None:
-    """rmtree's error handler: make the parent writable and try again."""
-    try:
-        os.chmod(os.path.dirname(path), 0o700)
-        if os.path.isdir(path) and not os.path.islink(path):
-            os.chmod(path, 0o700)
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            os.unlink(path)
-    except OSError:
-        pass
+def _pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+_PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
 
 def _become(config: dict) -> None:
     """Drop to the sandbox user (when started as root), then refuse ptrace and /proc access from others.
 
-    The agent dies with its host through its stdin: the host's end closing (the host exiting
-    or being killed) is end of file, which the agent watches even while a run is on.
+    The agent adopts the processes its runs leave behind (a subreaper, or PID 1), and dies with
+    its host through its stdin: the host's end closing (the host exiting or being killed) is end
+    of file, which the agent watches even while a run is on.
     """
     uid = config.get("uid")
     if uid is not None and os.getuid() == 0:
-        for path in [config["workspace"], *config["scratch"]]:
-            if os.path.isdir(path):
-                os.chmod(path, 0o700)
-                os.chown(path, uid, uid)
+        os.chmod(config["workspace"], 0o700)
+        os.chown(config["workspace"], uid, uid)
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(signum, signal.SIG_DFL)
 
