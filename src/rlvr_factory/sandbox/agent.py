@@ -287,13 +287,14 @@ def apply_limits(limits: dict) -> None:
 
 
 # The descriptors a run receives, in this order: its job channel (the job, then a program's calls),
-# its stdin, stdout, stderr, and the channel a program replies on.
+# its stdin, stdout, stderr, and the channel it answers on (first its pid when it is ready).
 _JOB_FDS = 5
-SPAWN_TIMEOUT_S = 2.0  # a template that does not answer in this time is taken for dead
+SPAWN_TIMEOUT_S = 2.0  # a run process not ready in this time means the template is gone or stopped
 
 
-def _run_job(fds: list[int], limits: dict, workspace: str) -> None:
-    """In a fresh run process (forked from the template): set up, read the job, become it. Never returns."""
+def _run_job(fds: list[int], workspace: str, agent: int) -> None:
+    """In a fresh run process (forked from the template): set up, say it is ready once the agent
+    is its parent, wait for the job and its limits, become it. Never returns."""
     job, stdin, stdout, stderr, reply = fds
     try:
         os.setsid()
@@ -305,10 +306,13 @@ def _run_job(fds: list[int], limits: dict, workspace: str) -> None:
         os.closerange(min(job, reply) + 1, max(job, reply))
         os.closerange(max(job, reply) + 1, 1 << 16)
         os.chdir(workspace)
-        apply_limits(limits)
+        while os.getppid() != agent:  # the intermediate is exiting; then the agent adopts this process
+            time.sleep(0.0001)
+        write_frame(reply, struct.pack("!i", os.getpid()))
         message = safe_loads(read_frame(job) or b"")
+        apply_limits(message[-1])
         if message[0] == "exec":
-            _, argv, env = message
+            _, argv, env, _ = message
             os.close(job)
             os.close(reply)
             try:
@@ -321,64 +325,36 @@ def _run_job(fds: list[int], limits: dict, workspace: str) -> None:
         os._exit(1)
 
 
-def _serve_template(sock: socket.socket, workspace: str, pid1: bool) -> None:
-    """The template's loop: fork a run process per ("spawn", limits) request, kill all on ("kill",).
+def _serve_template(sock: socket.socket, workspace: str) -> None:
+    """The template's loop: for each descriptor set it is sent, fork a run process that waits for its job.
 
     The template is forked from the agent before the agent has received anything but its
-    configuration, and it is never sent a program, an input or an output: each run process
-    starts as a copy of it, so nothing of an earlier run is in its memory. A run process is
-    forked twice, so that it is the agent's child (the agent reaps it) and not the template's.
+    configuration, and it is sent descriptors only, never a program, an input or an output:
+    each run process starts as a copy of it, so nothing of an earlier run is in its memory.
+    A run process is forked through an intermediate that exits at once, so that the agent
+    (PID 1, or a subreaper) adopts it and alone learns how it ends.
     """
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    agent = os.getppid()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the intermediates are reaped by the kernel
     while True:
         try:
-            data, fds, _, _ = socket.recv_fds(sock, 4096, _JOB_FDS)
+            _, fds, _, _ = socket.recv_fds(sock, 16, _JOB_FDS)
         except OSError:
             os._exit(0)
-        if not data:
+        if not fds:  # the agent is gone
             os._exit(0)
-        try:
-            message = safe_loads(data)
-        except ProtocolError:
-            message = ("?",)
-        if message[0] == "spawn" and len(fds) == _JOB_FDS:
-            answer = ("spawned", _fork_run(fds, message[1], workspace))
-        elif message[0] == "kill" and pid1:
-            try:
-                os.kill(-1, signal.SIGKILL)  # every process of the sandbox but PID 1 (the agent) and this one
-            except ProcessLookupError:
-                pass
-            answer = ("killed",)
-        else:
-            answer = ("refused",)
+        if len(fds) == _JOB_FDS and os.fork() == 0:
+            if os.fork() == 0:
+                _run_job(fds, workspace, agent)
+            os._exit(0)
         for fd in fds:
             os.close(fd)
-        sock.send(dumps(answer))
-
-
-def _fork_run(fds: list[int], limits: dict, workspace: str) -> int:
-    """Start a run process through an intermediate that exits at once (so the run is the agent's); its pid."""
-    pid_r, pid_w = os.pipe()
-    middle = os.fork()
-    if middle == 0:
-        os.close(pid_r)
-        run = os.fork()
-        if run == 0:
-            os.close(pid_w)
-            _run_job(fds, limits, workspace)
-        os.write(pid_w, struct.pack("!i", run))
-        os._exit(0)
-    os.close(pid_w)
-    raw = os.read(pid_r, 4)
-    os.close(pid_r)
-    os.waitpid(middle, 0)
-    return struct.unpack("!i", raw)[0] if len(raw) == 4 else -1
 
 
 class Template:
     """The agent's handle on its template process (see `_serve_template`)."""
 
-    def __init__(self, workspace: str, pid1: bool) -> None:
+    def __init__(self, workspace: str) -> None:
         agent_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.pid = os.fork()
         if self.pid == 0:
@@ -387,40 +363,20 @@ class Template:
             os.closerange(3, template_end.fileno())
             os.closerange(template_end.fileno() + 1, 1 << 16)
             try:
-                _serve_template(template_end, workspace, pid1)
+                _serve_template(template_end, workspace)
             finally:
                 os._exit(0)
         template_end.close()
         self.sock = agent_end
         self.alive = True
 
-    def _ask(self, message: tuple, fds: list[int] = ()) -> tuple | None:
-        if not self.alive:
-            return None
+    def spawn(self, fds: list[int]) -> bool:
+        """Ask for a run process holding `fds` (it reports its pid on its reply channel); False when gone."""
         try:
-            socket.send_fds(self.sock, [dumps(message)], list(fds))
-            if not select.select([self.sock], [], [], SPAWN_TIMEOUT_S)[0]:
-                raise TimeoutError
-            answer = safe_loads(self.sock.recv(4096))
-        except (OSError, TimeoutError, ProtocolError):
-            answer = None
-        if not (type(answer) is tuple and answer):
+            socket.send_fds(self.sock, [b"spawn"], fds)
+        except OSError:
             self.alive = False
-            return None
-        return answer
-
-    def spawn(self, limits: dict, fds: list[int]) -> int | None:
-        """The pid of a fresh run process holding `fds`, or None when the template is gone."""
-        answer = self._ask(("spawn", limits), fds)
-        if answer is None or answer[0] != "spawned" or not isinstance(answer[1], int) or answer[1] <= 0:
-            self.alive = False
-            return None
-        return answer[1]
-
-    def kill_others(self) -> bool:
-        """Have the template kill every other process of the sandbox but PID 1; False when it is gone."""
-        answer = self._ask(("kill",))
-        return answer is not None and answer[0] == "killed"
+        return self.alive
 
 
 # ---------------------------------------------------------------------------------------------
@@ -492,9 +448,12 @@ _IPC_RMID = 0
 
 def remove_ipc_objects() -> None:
     """Remove every System V shared-memory segment, message queue and semaphore set of this IPC namespace."""
-    libc = ctypes.CDLL(None, use_errno=True)
     for kind, control in _IPC:
-        for ident in _ipc_ids(kind):
+        idents = _ipc_ids(kind)
+        if not idents:
+            continue
+        libc = ctypes.CDLL(None, use_errno=True)
+        for ident in idents:
             if kind == "sem":
                 getattr(libc, control)(ident, 0, _IPC_RMID)
             else:
@@ -597,7 +556,8 @@ class Agent:
         roots = [self.workspace, *self.scratch]
         self.skeleton = Skeleton(roots, [p for p in config.get("keep", ()) if os.path.exists(p)])
         self.modes = {d: os.stat(d).st_mode for d in [*roots, *self.skeleton.dirs]}  # what a reset restores
-        self.template = Template(self.workspace, self.pid1)
+        self.template = Template(self.workspace)
+        self.ready: tuple[int, int, int, int, int] | None = None  # the next run process's channels (it may be starting)
         self.base: bytes | None = None
         self.child: int | None = None
         self.captures: list[_Capture] = []
@@ -621,6 +581,8 @@ class Agent:
             except Exception as e:  # noqa: BLE001 - a failed command is reported; the agent serves on
                 reply = ("error", f"{message[0]}: {type(e).__name__}: {e}")
             write_frame(self.cout, dumps(reply))
+            if self.ready is None and self.child is None and not self.spent:
+                self.ready = self._prepare()  # while the host works on the reply
 
     def _cmd_ping(self):
         return ("pong", os.getpid())
@@ -674,28 +636,51 @@ class Agent:
 
     # -- runs ----------------------------------------------------------------------------------
 
-    def _spawn(self, limits: dict, job: tuple) -> int | None:
-        """Start a run process with `job`; the write end of its stdin, or None (and the sandbox spent)."""
+    def _prepare(self) -> tuple[int, int, int, int, int] | None:
+        """Ask the template for the next run process: the agent's ends of its job, stdin, stdout, stderr
+        and reply channels (the process reports its pid on the last when ready), or None when it is gone."""
         job_r, job_w = os.pipe()
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         reply_r, reply_w = os.pipe()
         theirs = [job_r, in_r, out_w, err_w, reply_w]
-        pid = self.template.spawn(limits, theirs) if not self.spent else None
+        asked = self.template.spawn(theirs)
         for fd in theirs:
             os.close(fd)
-        self.child = pid
+        ours = (job_w, in_w, out_r, err_r, reply_r)
+        if not asked:
+            for fd in ours:
+                os.close(fd)
+            return None
+        return ours
+
+    def _spawn(self, limits: dict, job: tuple) -> int | None:
+        """Hand `job` to a fresh run process; the write end of its stdin, or None (and the sandbox spent)."""
+        ready, self.ready = self.ready, None
+        ready = ready or (self._prepare() if not self.spent else None)
+        pid = None
+        if ready is not None:
+            job_w, in_w, out_r, err_r, reply_r = ready
+            try:
+                header = read_frame(reply_r, time.monotonic() + SPAWN_TIMEOUT_S, limit=4)
+                pid = struct.unpack("!i", header)[0] if header is not None and len(header) == 4 else None
+                if pid is not None:
+                    write_frame(job_w, dumps((*job, limits)))
+            except (OSError, TimeoutError, ProtocolError):
+                pid = None
+            if pid is None:
+                for fd in ready:
+                    os.close(fd)
         self.started = time.monotonic()
         self.deadline = self.started + float(limits["timeout_s"])
-        self.captures = [_Capture(out_r, int(limits["output_bytes"])), _Capture(err_r, int(limits["output_bytes"]))]
-        self.call_fds = (job_w, reply_r)
         if pid is None:
             self.spent = self.spent or "the sandbox's process template is gone"
-            os.close(in_w)
-            self.child = -1
+            self.child, self.captures, self.call_fds = -1, [], None
             return None
-        write_frame(job_w, dumps(job))
+        self.child = pid
+        self.captures = [_Capture(out_r, int(limits["output_bytes"])), _Capture(err_r, int(limits["output_bytes"]))]
+        self.call_fds = (job_w, reply_r)
         return in_w
 
     def _open_captures(self) -> list[int]:
@@ -791,14 +776,15 @@ class Agent:
         for fd in self.call_fds or ():
             os.close(fd)
         self.call_fds = None
-        out, err = self.captures
+        out, err = (bytes(c.data) for c in self.captures) if self.captures else (b"", b"")
+        truncated = any(c.truncated for c in self.captures)
         if self.reset_after_run:
             self._reset()
         return {
             "exit_code": os.waitstatus_to_exitcode(status) if status is not None else None,
-            "stdout": bytes(out.data),
-            "stderr": bytes(err.data),
-            "output_truncated": out.truncated or err.truncated,
+            "stdout": out,
+            "stderr": err,
+            "output_truncated": truncated,
             "timed_out": timed_out,
             "wall_s": time.monotonic() - self.started,
             "note": note,
@@ -808,7 +794,7 @@ class Agent:
 
     def _kill_all(self, pid: int | None = None) -> None:
         """Kill every process of the sandbox but the agent and its template, and reap them; outside a
-        PID namespace, the run's session. Records the exit status of `pid` unless it was reaped already."""
+        PID namespace, the run's process group. Records the exit status of `pid` unless reaped already."""
         if not self.pid1:
             if pid is not None and pid > 0:
                 try:
@@ -817,19 +803,30 @@ class Agent:
                     pass
                 self._reap(pid, block=True)
             return
-        if not self.template.kill_others():
-            self.spent = self.spent or "the sandbox's process template was killed"
-            os.kill(-1, signal.SIGKILL)  # the template too: the sandbox is replaced anyway
+        if pid is not None and pid > 0:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._reap(pid, block=True)  # usually the only process of the run
         deadline = time.monotonic() + RESET_BUDGET_S
         while True:
             self._reap(pid, block=False)
-            left = [p for p in _pids() if p != 1 and not (self.template.alive and p == self.template.pid)]
+            left = [p for p in _pids() if p != 1 and p != self.template.pid]
             if not left:
-                return
+                break
             if time.monotonic() > deadline:
                 self.spent = self.spent or f"processes {left[:5]} outlived the run"
-                return
-            time.sleep(0.0002)
+                break
+            for other in left:  # each killed process can fork no more; what it forked is killed next turn
+                try:
+                    os.kill(other, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.0001)
+        if _state(self.template.pid) not in ("S", "R"):  # killed, or stopped: it would never fork again
+            self.template.alive = False
+            self.spent = self.spent or "the sandbox's process template was killed or stopped"
 
     def _reap(self, pid: int | None, block: bool) -> None:
         """Collect exited children (the run `pid`'s status is kept); notice a template that died."""
@@ -883,6 +880,15 @@ class Agent:
 
 def _pids() -> list[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def _state(pid: int) -> str:
+    """A process's state letter (R running, S sleeping, T stopped, Z zombie, ...); empty when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as info:
+            return info.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
 
 
 _PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h

@@ -452,6 +452,7 @@ class MathVerifier:
     def __init__(
         self,
         strict: bool = False,
+        rounding: bool = False,
         tolerance: float = 1e-6,
         outcome_weight: float = 1.0,
         process_weight: float = 0.0,
@@ -460,6 +461,7 @@ class MathVerifier:
         max_answer_chars: int = 1000,
     ) -> None:
         self.strict = strict  # only a boxed answer counts
+        self.rounding = rounding  # a decimal rounded from an exact gold (1/3 as 0.333) counts as right
         self.tolerance = tolerance  # relative tolerance of a numeric match
         self.outcome_weight = outcome_weight  # reward share for the right final answer
         self.process_weight = process_weight  # reward share for correct computations
