@@ -570,6 +570,7 @@ class Agent:
     # -- commands ------------------------------------------------------------------------------
 
     def serve(self) -> None:
+        self.ready = self._prepare()
         while True:
             frame = read_frame(self.cin)
             if frame is None:
