@@ -216,3 +216,37 @@ def test_sandbox_run_json_reports_a_command_that_damages_the_sandbox(command):
 def test_sandbox_run_json_reports_a_sandbox_that_cannot_start():
     done, report = _sandbox_json("--backend", "docker", "--", "true")
     assert done.returncode == 125 and report["status"] == "sandbox_error" and report["message"]
+
+
+# -- the same, unprivileged -------------------------------------------------------------------------
+
+UNPRIVILEGED_HOST = """
+import json, sys
+sys.path.insert(0, SRC)
+from rlvr_factory.sandbox import Limits, Sandbox
+attacks = [
+    "import os; open('s', 'w').write('x'); os.chmod('/workspace', 0)",
+    "import os; open('/tmp/s', 'w').write('x'); os.chmod('/tmp', 0)",
+    "import os\\nfor d in ('/etc', '/opt', '/', '/dev'):\\n    try: open(d + '/planted', 'w').write('x')\\n    except OSError: pass",
+    "import ctypes; ctypes.CDLL(None).shmget(4242, 4096, 0o1666)",
+]
+probe = "import os; print(sorted(os.listdir('/workspace') + os.listdir('/tmp') + [p for p in ('/etc/planted', '/opt/planted', '/planted', '/dev/planted') if os.path.exists(p)]), open('/proc/sysvipc/shm').read().count(chr(10)))"
+with Sandbox(limits=Limits(timeout_s=10)) as box:
+    results = []
+    for attack in attacks:
+        box.run(["python3", "-c", attack])
+        results.append(box.run(["python3", "-c", probe]).stdout.decode())
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/setpriv") or not os.path.exists("/usr/bin/python3"),
+                    reason="needs root (to become an unprivileged user with setpriv) and /usr/bin/python3")
+def test_an_unprivileged_users_sandbox_resets_just_as_well():
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    done = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env", "-i", "PATH=/usr/bin:/bin", "HOME=/tmp",
+         "/usr/bin/python3", "-c", UNPRIVILEGED_HOST.replace("SRC", repr(src), 1)],
+        capture_output=True, text=True, timeout=120, cwd="/tmp")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == ["[] 1\n"] * 4  # nothing left, nothing planted; only the shm table's header

@@ -245,13 +245,16 @@ class BubblewrapBackend:
         for path in ("/tmp", "/dev/shm"):  # like the host's: anyone may write, only owners remove
             argv += ["--perms", "1777", "--size", size, "--tmpfs", path]
         dirs, links = python_installation()
-        for path in dirs:  # after the tmpfs mounts, so that an installation under /tmp stays visible
-            if not _under(path, SCRATCH):
-                for parent in reversed(Path(path).parents[:-1]):  # traversable even when the host's is not (/root)
-                    argv += ["--perms", "0755", "--dir", str(parent)]
-            argv += ["--ro-bind", path, path]
-        for path, target in links.items():
-            argv += ["--symlink", target, path]
+        made: set[str] = set()
+        for path in [*dirs, *links]:  # after the tmpfs mounts, so that an installation under /tmp stays visible
+            for parent in map(str, reversed(Path(path).parents[:-1])):  # traversable even where the host's is not
+                if parent not in made and parent not in SCRATCH:
+                    made.add(parent)
+                    argv += ["--perms", "0755", "--dir", parent]
+            if path in links:
+                argv += ["--symlink", links[path], path]
+            else:
+                argv += ["--ro-bind", path, path]
         argv += ["--remount-ro", "/", "--remount-ro", "/dev"]  # nothing outside the tmpfs roots is writable
         argv += ["--chdir", WORKSPACE, "--", sys.executable, "-I", "/opt/rlvr/agent.py"]
         return argv
