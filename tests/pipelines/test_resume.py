@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import copy
 import shutil
-import signal
-import time
 
 import pytest
 import torch
@@ -20,7 +18,7 @@ from transformers import AutoModelForCausalLM
 
 from tests.pipelines.conftest import TINY_PARAMS, make_project, run_pipeline
 from tests.pipelines.test_rl_options import merged
-from tests.pipelines.test_rlvr_pipeline import _kedro_cli, _log_tail
+from tests.pipelines.test_rlvr_pipeline import _kedro_cli, _kill_once_written, _log_tail
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::FutureWarning")]
 
@@ -48,14 +46,7 @@ def test_a_killed_run_resumes_to_the_result_of_an_uninterrupted_one(before_rl, t
     reference, project = (shutil.copytree(before_rl, tmp_path / name) for name in ("uninterrupted", "killed"))
     run_pipeline(reference, params, pipeline="rl")
 
-    checkpoint = project / "data/06_models/checkpoints/round_000/optimizer.pt"
-    process = _kedro_cli(project, params, "--pipeline=rl")
-    deadline = time.monotonic() + 600
-    while not checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert checkpoint.exists(), _log_tail(project)
+    _kill_once_written(project, params, project / "data/06_models/checkpoints/round_000/optimizer.pt", "--pipeline=rl")
     assert not (project / "data/08_reporting/round_history.json").exists(), "the run finished before it was killed"
 
     resumed = _kedro_cli(project, params, "--pipeline=rl", "--from-nodes=round_001.rollout")

@@ -292,11 +292,12 @@ _JOB_FDS = 5
 SPAWN_TIMEOUT_S = 2.0  # a run process not ready in this time means the template is gone or stopped
 
 
-def _run_job(fds: list[int], workspace: str, agent: int) -> None:
-    """In a fresh run process (forked from the template): set up, say it is ready once the agent
-    is its parent, wait for the job and its limits, become it. Never returns."""
+def _run_job(fds: list[int], workspace: str) -> None:
+    """In a fresh run process (forked from the template): set up, say it is ready, wait for the job
+    and its limits, become it. Never returns."""
     job, stdin, stdout, stderr, reply = fds
     try:
+        signal.set_wakeup_fd(-1)
         os.setsid()
         for signum in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
@@ -306,8 +307,6 @@ def _run_job(fds: list[int], workspace: str, agent: int) -> None:
         os.closerange(min(job, reply) + 1, max(job, reply))
         os.closerange(max(job, reply) + 1, 1 << 16)
         os.chdir(workspace)
-        while os.getppid() != agent:  # the intermediate is exiting; then the agent adopts this process
-            time.sleep(0.0001)
         write_frame(reply, struct.pack("!i", os.getpid()))
         message = safe_loads(read_frame(job) or b"")
         apply_limits(message[-1])
@@ -325,29 +324,78 @@ def _run_job(fds: list[int], workspace: str, agent: int) -> None:
         os._exit(1)
 
 
+_EXIT_REPORT = struct.Struct("=ii")  # (pid, wait status) of a run process that ended
+
+
 def _serve_template(sock: socket.socket, workspace: str) -> None:
-    """The template's loop: for each descriptor set it is sent, fork a run process that waits for its job.
+    """The template's loop: fork a run process for each descriptor set it is sent; report how each ends.
 
     The template is forked from the agent before the agent has received anything but its
     configuration, and it is sent descriptors only, never a program, an input or an output:
-    each run process starts as a copy of it, so nothing of an earlier run is in its memory.
-    A run process is forked through an intermediate that exits at once, so that the agent
-    (PID 1, or a subreaper) adopts it and alone learns how it ends.
+    each run process starts as a copy of it, so nothing of an earlier run is in its memory. Its
+    children's wait statuses (a run's only output it ever sees) go from the kernel into one C
+    buffer, straight to the agent, and the buffer is zeroed: no Python object ever holds them.
     """
-    agent = os.getppid()
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the intermediates are reaped by the kernel
+    libc = ctypes.CDLL(None, use_errno=True)
+    status, report = ctypes.c_int(0), (ctypes.c_int32 * 2)()
+    wake_r, wake_w = os.pipe()
+    for fd in (wake_r, wake_w):
+        os.set_blocking(fd, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that SIGCHLD wakes the loop
     while True:
-        try:
-            _, fds, _, _ = socket.recv_fds(sock, 16, _JOB_FDS)
-        except OSError:
-            os._exit(0)
-        if not fds:  # the agent is gone
-            os._exit(0)
-        if len(fds) == _JOB_FDS and os.fork() == 0:
-            if os.fork() == 0:
-                _run_job(fds, workspace, agent)
-            os._exit(0)
-        for fd in fds:
+        readable = select.select([sock, wake_r], [], [])[0]
+        if wake_r in readable:
+            _drain_pipe(wake_r)
+            while (pid := libc.waitpid(-1, ctypes.byref(status), os.WNOHANG)) > 0:
+                report[0] = pid
+                ctypes.memmove(ctypes.byref(report, 4), ctypes.byref(status), 4)
+                libc.send(sock.fileno(), report, _EXIT_REPORT.size, 0)
+                ctypes.memset(report, 0, _EXIT_REPORT.size)
+                ctypes.memset(ctypes.byref(status), 0, 4)
+        if sock in readable:
+            try:
+                _, fds, _, _ = socket.recv_fds(sock, 16, _JOB_FDS)
+            except OSError:
+                os._exit(0)
+            if not fds:  # the agent is gone
+                os._exit(0)
+            if len(fds) == _JOB_FDS and os.fork() == 0:
+                _run_job(fds, workspace)
+            for fd in fds:
+                os.close(fd)
+
+
+def _drain_pipe(fd: int) -> None:
+    """Read a non-blocking pipe empty."""
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
+
+
+class RunProcess:
+    """A run process forked from the template and waiting for its job: the agent's ends of its job,
+    stdin, stdout, stderr and reply channels, and its pid once it has reported ready."""
+
+    def __init__(self, fds: tuple[int, int, int, int, int]) -> None:
+        self.job, self.stdin, self.stdout, self.stderr, self.reply = fds
+        self.pid: int | None = None
+
+    def ready(self, timeout: float) -> int | None:
+        """Its pid, waiting up to `timeout` seconds for it to report; None if it has not (or never will)."""
+        if self.pid is None and select.select([self.reply], [], [], timeout)[0]:
+            try:
+                header = read_frame(self.reply, time.monotonic() + timeout, limit=4)
+            except (OSError, TimeoutError, ProtocolError):
+                header = None
+            self.pid = struct.unpack("!i", header)[0] if header is not None and len(header) == 4 else -1
+        return self.pid if self.pid is not None and self.pid > 0 else None
+
+    def close(self) -> None:
+        """Drop it: without its job channel it exits by itself."""
+        for fd in (self.job, self.stdin, self.stdout, self.stderr, self.reply):
             os.close(fd)
 
 
@@ -369,6 +417,7 @@ class Template:
         template_end.close()
         self.sock = agent_end
         self.alive = True
+        self.ended: dict[int, int] = {}  # pid -> wait status of the run processes reported ended
 
     def spawn(self, fds: list[int]) -> bool:
         """Ask for a run process holding `fds` (it reports its pid on its reply channel); False when gone."""
@@ -377,6 +426,23 @@ class Template:
         except OSError:
             self.alive = False
         return self.alive
+
+    def collect(self, timeout: float = 0.0) -> None:
+        """Read the exit reports that arrive within `timeout` seconds (then those already there)."""
+        while self.alive and select.select([self.sock], [], [], timeout)[0]:
+            timeout = 0.0
+            data = self.sock.recv(_EXIT_REPORT.size)
+            if len(data) != _EXIT_REPORT.size:
+                self.alive = False
+                return
+            pid, status = _EXIT_REPORT.unpack(data)
+            self.ended[pid] = status
+
+    def wait(self, pid: int, deadline: float) -> int | None:
+        """The wait status of run process `pid`, once reported (None past `deadline` or without a template)."""
+        while pid not in self.ended and self.alive and time.monotonic() < deadline:
+            self.collect(deadline - time.monotonic())
+        return self.ended.pop(pid, None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -557,7 +623,7 @@ class Agent:
         self.skeleton = Skeleton(roots, [p for p in config.get("keep", ()) if os.path.exists(p)])
         self.modes = {d: os.stat(d).st_mode for d in [*roots, *self.skeleton.dirs]}  # what a reset restores
         self.template = Template(self.workspace)
-        self.ready: tuple[int, int, int, int, int] | None = None  # the next run process's channels (it may be starting)
+        self.ready: RunProcess | None = None  # the next run's process, forked while the current run runs
         self.base: bytes | None = None
         self.child: int | None = None
         self.captures: list[_Capture] = []
@@ -637,9 +703,8 @@ class Agent:
 
     # -- runs ----------------------------------------------------------------------------------
 
-    def _prepare(self) -> tuple[int, int, int, int, int] | None:
-        """Ask the template for the next run process: the agent's ends of its job, stdin, stdout, stderr
-        and reply channels (the process reports its pid on the last when ready), or None when it is gone."""
+    def _prepare(self) -> RunProcess | None:
+        """Ask the template for the next run's process (it starts in the background); None when it is gone."""
         job_r, job_w = os.pipe()
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -649,40 +714,35 @@ class Agent:
         asked = self.template.spawn(theirs)
         for fd in theirs:
             os.close(fd)
-        ours = (job_w, in_w, out_r, err_r, reply_r)
+        run = RunProcess((job_w, in_w, out_r, err_r, reply_r))
         if not asked:
-            for fd in ours:
-                os.close(fd)
+            run.close()
             return None
-        return ours
+        return run
 
     def _spawn(self, limits: dict, job: tuple) -> int | None:
-        """Hand `job` to a fresh run process; the write end of its stdin, or None (and the sandbox spent)."""
-        ready, self.ready = self.ready, None
-        ready = ready or (self._prepare() if not self.spent else None)
-        pid = None
-        if ready is not None:
-            job_w, in_w, out_r, err_r, reply_r = ready
+        """Hand `job` to a fresh run process; the write end of its stdin, or None (and the sandbox spent).
+        The next run's process is asked for at once, so that it is ready when this run ends."""
+        run, self.ready = self.ready or (self._prepare() if not self.spent else None), None
+        pid = run.ready(SPAWN_TIMEOUT_S) if run is not None else None
+        if pid is not None:
             try:
-                header = read_frame(reply_r, time.monotonic() + SPAWN_TIMEOUT_S, limit=4)
-                pid = struct.unpack("!i", header)[0] if header is not None and len(header) == 4 else None
-                if pid is not None:
-                    write_frame(job_w, dumps((*job, limits)))
-            except (OSError, TimeoutError, ProtocolError):
+                write_frame(run.job, dumps((*job, limits)))
+            except OSError:
                 pid = None
-            if pid is None:
-                for fd in ready:
-                    os.close(fd)
         self.started = time.monotonic()
         self.deadline = self.started + float(limits["timeout_s"])
         if pid is None:
+            if run is not None:
+                run.close()
             self.spent = self.spent or "the sandbox's process template is gone"
             self.child, self.captures, self.call_fds = -1, [], None
             return None
         self.child = pid
-        self.captures = [_Capture(out_r, int(limits["output_bytes"])), _Capture(err_r, int(limits["output_bytes"]))]
-        self.call_fds = (job_w, reply_r)
-        return in_w
+        self.captures = [_Capture(run.stdout, int(limits["output_bytes"])), _Capture(run.stderr, int(limits["output_bytes"]))]
+        self.call_fds = (run.job, run.reply)
+        self.ready = self._prepare()
+        return run.stdin
 
     def _open_captures(self) -> list[int]:
         return [c.fd for c in self.captures if c.fd >= 0]
@@ -718,15 +778,17 @@ class Agent:
     def _wait_exit(self) -> bool:
         """Drain output until the child exits (True) or the deadline passes (False)."""
         while True:
-            pid, status = os.waitpid(self.child, os.WNOHANG)
-            if pid:
-                self._exit_status = status
+            self.template.collect()
+            self._reap(self.child)  # an orphaned run (its template died) is ours to reap
+            if self.child in self.template.ended:
+                self._exit_status = self.template.ended.pop(self.child)
+            if self._exit_status is not None:
                 return True
             left = self.deadline - time.monotonic()
             if left <= 0:
                 return False
-            fds = self._open_captures()
-            self._drain(self._select(fds, [], min(left, 0.05 if fds else 0.002))[0])
+            fds = [*self._open_captures(), *([self.template.sock] if self.template.alive else [])]
+            self._drain(self._select(fds, [], min(left, 0.05))[0])
 
     def _await_reply(self, relay: bool):
         """The child's next frame, relayed (or checked, for `load`), while its output is drained."""
@@ -794,46 +856,59 @@ class Agent:
         }
 
     def _kill_all(self, pid: int | None = None) -> None:
-        """Kill every process of the sandbox but the agent and its template, and reap them; outside a
-        PID namespace, the run's process group. Records the exit status of `pid` unless reaped already."""
-        if not self.pid1:
-            if pid is not None and pid > 0:
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                self._reap(pid, block=True)
-            return
+        """Kill every process of the sandbox but the agent, its template and the next run's process, and
+        reap them; outside a PID namespace, the run's process group. Records the exit status of `pid`."""
+        deadline = time.monotonic() + RESET_BUDGET_S
         if pid is not None and pid > 0:
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.killpg(pid, signal.SIGKILL) if not self.pid1 else os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            self._reap(pid, block=True)  # usually the only process of the run
-        deadline = time.monotonic() + RESET_BUDGET_S
-        while True:
-            self._reap(pid, block=False)
-            left = [p for p in _pids() if p != 1 and p != self.template.pid]
-            if not left:
-                break
-            if time.monotonic() > deadline:
-                self.spent = self.spent or f"processes {left[:5]} outlived the run"
-                break
-            for other in left:  # each killed process can fork no more; what it forked is killed next turn
-                try:
-                    os.kill(other, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.0001)
-        if _state(self.template.pid) not in ("S", "R"):  # killed, or stopped: it would never fork again
+        if self.pid1:
+            # the next run's process has been starting since this run began: let it say who it is
+            spare = self.ready.ready(SPAWN_TIMEOUT_S) if self.ready is not None else None
+            while True:
+                self._reap(pid)
+                self.template.collect()
+                left = [p for p in _pids() if p not in (1, self.template.pid, spare)]
+                if not left:
+                    break
+                if time.monotonic() > deadline:
+                    self.spent = self.spent or f"processes {left[:5]} outlived the run"
+                    break
+                for other in left:  # each killed process can fork no more; what it forked is killed next turn
+                    try:
+                        os.kill(other, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                time.sleep(0.0001)
+            self._check_helpers(spare)
+        if pid is not None and pid > 0 and self._exit_status is None:
+            self._exit_status = self.template.wait(pid, deadline)
+        self._reap(pid)
+        self.template.ended.clear()
+
+    def _check_helpers(self, spare: int | None) -> None:
+        """After a run: the template must still be able to fork, and the next run's process must be
+        untouched (a run could have stopped or killed either); otherwise replace them."""
+        if _state(self.template.pid) not in ("S", "R"):
             self.template.alive = False
             self.spent = self.spent or "the sandbox's process template was killed or stopped"
+        if self.ready is not None and (spare is None or _state(spare) not in ("S", "R")):
+            if spare is not None:
+                try:
+                    os.kill(spare, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            self.ready.close()
+            self.ready = None
 
-    def _reap(self, pid: int | None, block: bool) -> None:
-        """Collect exited children (the run `pid`'s status is kept); notice a template that died."""
+    def _reap(self, pid: int | None) -> None:
+        """Collect exited children of the agent (orphans; the run `pid` itself if its template died,
+        its status kept); notice a template that died."""
         while True:
             try:
-                reaped, status = os.waitpid(pid if block else -1, 0 if block else os.WNOHANG)
+                reaped, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if reaped == 0:
@@ -843,8 +918,6 @@ class Agent:
             if reaped == self.template.pid:
                 self.template.alive = False
                 self.spent = self.spent or "the sandbox's process template died"
-            if block:
-                return
 
     def _reset(self) -> None:
         """Return the sandbox to the state every run starts from, or mark it spent."""
