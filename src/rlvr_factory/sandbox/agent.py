@@ -864,6 +864,8 @@ class Agent:
                 os.killpg(pid, signal.SIGKILL) if not self.pid1 else os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        if pid is not None and pid > 0 and self._exit_status is None:
+            self._exit_status = self.template.wait(pid, deadline)  # the template reports it once it is gone
         if self.pid1:
             # the next run's process has been starting since this run began: let it say who it is
             spare = self.ready.ready(SPAWN_TIMEOUT_S) if self.ready is not None else None
@@ -883,8 +885,6 @@ class Agent:
                         pass
                 time.sleep(0.0001)
             self._check_helpers(spare)
-        if pid is not None and pid > 0 and self._exit_status is None:
-            self._exit_status = self.template.wait(pid, deadline)
         self._reap(pid)
         self.template.ended.clear()
 
