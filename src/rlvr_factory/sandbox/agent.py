@@ -751,7 +751,7 @@ class Agent:
         """select() over `fds` and the host channel; the host hanging up mid-run ends the sandbox."""
         readable, writable, _ = select.select([self.cin, *fds], write, [], timeout)
         if self.cin in readable:  # the host sends nothing while a run is on: this is its end of file
-            self._kill_all()
+            self._kill_all(self.child)
             os._exit(0)
         return readable, writable
 
