@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from rlvr_factory.sandbox import Limits, Sandbox
+from rlvr_factory.sandbox.backends import python_installation
 from tests.sandbox.procs import needs_bwrap, sandbox_agents
 
 pytestmark = needs_bwrap
@@ -29,6 +30,9 @@ PY = "python3"
 RLVR = Path(sys.executable).with_name("rlvr")
 SECRET = "hunter2-" + "x7q"  # what every attack tries to pass on; probes look for it
 KEY_NAME = f"leak-{os.getpid()}-{time.time_ns()}"
+# What of /tmp is the sandbox's own: the way to this interpreter, when it is installed under /tmp.
+OWN = sorted({Path(p).relative_to("/tmp").parts[0] for p in [*python_installation()[0], *python_installation()[1]]
+              if p.startswith("/tmp/")})
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +47,7 @@ def run_py(box: Sandbox, code: str, **limits) -> object:
 
 def honest_run_is_unaffected(box: Sandbox) -> None:
     """A correct program still runs and sees an empty workspace, /tmp and /dev/shm."""
-    result = run_py(box, "import os; print([os.listdir(d) for d in ('.', '/tmp', '/dev/shm')], 6 * 7)")
+    result = run_py(box, f"import os; print([sorted(set(os.listdir(d)) - set({OWN!r})) for d in ('.', '/tmp', '/dev/shm')], 6 * 7)")
     assert (result.status, result.exit_code, result.stdout) == ("exited", 0, b"[[], [], []] 42\n"), result
     with box.load("def add(a, b):\n    return a + b\n") as program:
         assert program.call("add", 2, 3) == 5
@@ -56,6 +60,8 @@ import os
 found = []
 for top in ('/workspace', '/tmp', '/dev/shm'):
     for root, dirs, files in os.walk(top):
+        if root == '/tmp':
+            dirs[:] = [d for d in dirs if d not in {OWN!r}]
         for name in files:
             try:
                 if {SECRET!r} in open(os.path.join(root, name)).read():
