@@ -99,8 +99,9 @@ class RunConsoleHook:
     @hook_impl(trylast=True)  # after kedro-mlflow has started the run
     def before_pipeline_run(self, run_params, pipeline, catalog) -> None:
         rounds = sorted({int(m.group(1)) for n in pipeline.nodes if (m := ROUND_NODE.fullmatch(n.name))})
-        self._clock = summary.RoundClock(len(rounds))
+        self._clock = summary.RoundClock(len(rounds))  # the rounds this run has (fewer when it resumes)
         self._pipeline_start, self._done, self._total = time.perf_counter(), 0, len(pipeline.nodes)
+        self._round_start, self._evaluation, self._eval_report = None, {}, None
         active = mlflow.active_run()
         self._run = (active.info.run_id, mlflow.get_tracking_uri()) if active else None
         where = f"; MLflow run {active.info.run_id}" if active else ""
@@ -134,8 +135,8 @@ class RunConsoleHook:
         # The RL policy's evaluation costs what the SFT policy's did, when that one already ran.
         pending = self._evaluation.get("evaluate_sft", 0.0) if "evaluate_rl" not in self._evaluation else 0.0
         self._clock.pending_seconds = pending
-        with_reference = self._shape.with_reference if self._shape else False
-        log.info(summary.round_line(stats, self._clock.rounds, round_seconds, self._clock.eta(), with_reference))
+        shape = self._shape or RLShape(self._clock.rounds, 0, False)
+        log.info(summary.round_line(stats, shape.rounds, round_seconds, self._clock.eta(), shape.with_reference))
 
     @hook_impl
     def after_pipeline_run(self, run_params, pipeline, catalog) -> None:

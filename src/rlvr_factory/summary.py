@@ -49,7 +49,8 @@ class RoundClock:
 
 
 def round_line(stats: Mapping[str, float], rounds: int, seconds: float, eta: float, with_reference: bool) -> str:
-    """One round's story in one line: reward, pass rate, validation accuracy, KL, entropy, time.
+    """One round's story in one line: reward, pass rate, validation accuracy, KL, entropy, time
+    (`rounds`: how many the run's configuration has; rounds count from 1).
 
     KL is the divergence from the reference policy when the run has one (`rl.update.kl_coef`
     > 0), else the update's own step (`policy_drift_kl`, the old policy against the new one).

@@ -17,6 +17,7 @@ gold answer itself lists several parts; repeating one answer is fine.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -24,6 +25,18 @@ from fractions import Fraction
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
 from rlvr_factory.verifiers.score import Score
+
+
+class _TimeoutOffOnPurpose(logging.Filter):
+    """Math-Verify warns, once per process, that its own timeout is off; it is off on purpose
+    (its signals need the main thread; the caller's wall-clock guard bounds each check)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Timeout is disabled")
+
+
+for _logger in ("math_verify.parser", "math_verify.grader"):  # in every process that imports this module
+    logging.getLogger(_logger).addFilter(_TimeoutOffOnPurpose())
 
 MAX_EXPONENT = 400  # scientific-notation exponents beyond this are not plain numbers
 MAX_NUMBER_DIGITS = 400  # longer digit strings are not plain numbers
