@@ -85,38 +85,38 @@ def _validation_panel(axes: Axes, curves: pd.DataFrame) -> None:
     _legend(axes)
 
 
-def _divergence_panel(axes: Axes, curves: pd.DataFrame) -> None:
-    rounds = curves["round"]
+Line = tuple[str, str, str, str]  # column, matplotlib format, colour (COLORS key), label
+
+
+def _twin_panel(axes: Axes, curves: pd.DataFrame, lines: tuple[Sequence[Line], Sequence[Line]], title: str,
+                ylabels: tuple[str, str], right_floor: float, right_percent: bool = False) -> None:
+    """A panel with a left and a right y axis, each drawing those of its lines the table has."""
     twin = axes.twinx()
-    if "entropy" in curves:
-        axes.plot(rounds, curves["entropy"], "o-", color=COLORS["entropy"], label="entropy (left)")
-        _headroom(axes, float(curves["entropy"].max()))
-    kl = [c for c in ("kl", "policy_drift_kl") if c in curves and curves[c].abs().max() > 0]
-    if "kl" in kl:
-        twin.plot(rounds, curves["kl"], "s--", color=COLORS["kl"], label="KL to the reference (right)")
-    if "policy_drift_kl" in kl:
-        twin.plot(rounds, curves["policy_drift_kl"], "^:", color=COLORS["drift"], label="KL of the update step (right)")
-    _headroom(twin, float(curves[kl].max().max()) if kl else 1.0)
-    twin.set_ylabel("KL (nats per token)")
+    for target, side in zip((axes, twin), lines):
+        present = [line for line in side if line[0] in curves]
+        for column, fmt, color, label in present:
+            target.plot(curves["round"], curves[column], fmt, color=COLORS[color], label=label)
+        _headroom(target, max([right_floor if target is twin else 0.0, *(float(curves[c].max()) for c, *_ in present)]))
+    if right_percent:
+        twin.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+    twin.set_ylabel(ylabels[1])
     twin.spines[["top"]].set_visible(False)
-    _style(axes, "Policy: entropy and KL", "entropy (nats per token)")
+    _style(axes, title, ylabels[0])
     _legend(axes, twin)
+
+
+def _divergence_panel(axes: Axes, curves: pd.DataFrame) -> None:
+    has_reference = "kl" in curves and curves["kl"].abs().max() > 0
+    kl = [("kl", "s--", "kl", "KL to the reference (right)")] if has_reference else []
+    _twin_panel(axes, curves, ([("entropy", "o-", "entropy", "entropy (left)")],
+                               [*kl, ("policy_drift_kl", "^:", "drift", "KL of the update step (right)")]),
+                "Policy: entropy and KL", ("entropy (nats per token)", "KL (nats per token)"), right_floor=1e-3)
 
 
 def _length_panel(axes: Axes, curves: pd.DataFrame) -> None:
-    rounds = curves["round"]
-    twin = axes.twinx()
-    if "completion_tokens_mean" in curves:
-        axes.plot(rounds, curves["completion_tokens_mean"], "o-", color=COLORS["tokens"], label="mean completion length (left)")
-        _headroom(axes, float(curves["completion_tokens_mean"].max()))
-    if "truncated_fraction" in curves:
-        twin.plot(rounds, curves["truncated_fraction"], "s--", color=COLORS["truncated"], label="truncated at the budget (right)")
-    _headroom(twin, max(0.05, float(curves["truncated_fraction"].max()) if "truncated_fraction" in curves else 0.0))
-    twin.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
-    twin.set_ylabel("of the samples")
-    twin.spines[["top"]].set_visible(False)
-    _style(axes, "Completions: length", "tokens")
-    _legend(axes, twin)
+    _twin_panel(axes, curves, ([("completion_tokens_mean", "o-", "tokens", "mean completion length (left)")],
+                               [("truncated_fraction", "s--", "truncated", "truncated at the budget (right)")]),
+                "Completions: length", ("tokens", "of the samples"), right_floor=0.05, right_percent=True)
 
 
 def plot_round_curves(curves: pd.DataFrame) -> Figure:

@@ -10,6 +10,7 @@ from typing import Sequence
 import torch
 from tqdm.auto import tqdm
 
+from rlvr_factory.summary import duration
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.training.lm import join_prompt_completion, lr_schedule, make_optimizer
 
@@ -98,8 +99,8 @@ def supervised_train(
             bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
         if step + 1 == eta_step:  # once, for logs where the bar's \r updates do not show
             elapsed = bar.format_dict["elapsed"]
-            log.info("%s: %d/%d steps in %.0f s, about %.0f s to go", desc, step + 1, config.steps, elapsed,
-                     elapsed * (config.steps - step - 1) / (step + 1))
+            log.info("%s: %d/%d steps in %s, about %s to go", desc, step + 1, config.steps, duration(elapsed),
+                     duration(elapsed * (config.steps - step - 1) / (step + 1)))
     log.info("%s: %d steps, final loss %.4f", desc, config.steps, losses[-1])
     model.eval()
     return losses
