@@ -10,8 +10,8 @@ from typing import Sequence
 import torch
 from tqdm.auto import tqdm
 
-from rlvr_factory.summary import duration
 from rlvr_factory.models.policy import Policy
+from rlvr_factory.summary import duration
 from rlvr_factory.training.lm import join_prompt_completion, lr_schedule, make_optimizer
 
 log = logging.getLogger(__name__)
