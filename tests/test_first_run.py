@@ -6,6 +6,7 @@ committed lock's."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -51,17 +52,34 @@ def first_run(refreshed_project, tmp_path_factory) -> FirstRun:
     return FirstRun(clone, output, pyproject)
 
 
-def test_the_console_has_a_line_per_round_and_a_results_table(first_run):
-    lines = first_run.output.splitlines()
+def _messages(output: str) -> list[str]:
+    """The logged lines' messages (after `HH:MM:SS LEVEL`), with the lines a message continues on."""
+    return [re.sub(r"^\d\d:\d\d:\d\d [A-Z]+ +", "", line) for line in output.splitlines()]
+
+
+def test_the_console_has_a_line_per_node_and_round_then_the_results_and_artefacts(first_run):
+    lines = _messages(first_run.output)
     rounds = TINY_PARAMS["rl"]["rounds"]
-    for k in range(1, rounds + 1):
-        assert any(f" round {k}/{rounds}: reward " in line and ", ETA " in line for line in lines), k
-    table = lines.index(next(line for line in lines if line.endswith(" results")))
-    assert lines[table + 1].split()[:4] == ["test", "split", "tasks", "greedy"]
-    assert lines[table + 2].startswith("SFT ") and lines[table + 3].startswith(f"RL ({rounds} rounds) ")
-    assert any("data/08_reporting/metrics.json" in line for line in lines[table:])
+    run_id = _run(first_run).info.run_id
+    assert any(line.endswith(f" nodes, {rounds} RL rounds; MLflow run {run_id}") for line in lines)
+    round_lines = [line for line in lines if re.match(r"round +\d+/", line)]
+    assert [line.split(":")[0] for line in round_lines] == [f"round {k}/{rounds}" for k in range(1, rounds + 1)]
+    assert all("val acc" in line and ", ETA " in line for line in round_lines)
+    node_lines = [line for line in lines if re.match(r"\[ *\d+/\d+\] ", line)]
+    assert any("] curate_tasks: " in line for line in node_lines)
+    assert not [line for line in node_lines if re.search(r"round_\d{3}\.", line)]  # a round is its one line
     assert any("base model: one-off pre-training of the embedded tiny Llama" in line
                and "every later run with this configuration reuses it" in line for line in lines)
+    table = lines.index("results")
+    assert lines[table + 1].split()[:4] == ["test", "split", "tasks", "greedy"]
+    assert lines[table + 2].startswith("SFT ") and lines[table + 3].startswith(f"RL ({rounds} rounds) ")
+    assert lines[table + 4].startswith("validation greedy accuracy: ")
+    artefacts = "\n".join(lines[lines.index("artefacts"):])
+    for where in ("data/08_reporting/metrics.json", "data/08_reporting/summary.json",
+                  "data/08_reporting/plots/round_curves.png", "data/06_models/rl_policy", run_id,
+                  "model rlvr-policy version 1"):
+        assert where in artefacts
+    assert any(line.startswith("done in ") for line in lines[lines.index("artefacts"):])
 
 
 def test_known_noise_is_gone_from_the_console(first_run):
@@ -74,9 +92,14 @@ def test_the_clone_stays_clean(first_run):
     assert (first_run.clone / "pyproject.toml").read_bytes() == first_run.pyproject  # no telemetry project id
 
 
-def test_the_mlflow_run_is_tagged_with_the_commit_and_not_dirty(first_run):
+def _run(first_run: FirstRun):
     client = MlflowClient(tracking_uri=f"sqlite:///{first_run.clone}/mlruns/mlflow.db")
     (run,) = client.search_runs([client.get_experiment_by_name("rlvr_factory").experiment_id])
+    return run
+
+
+def test_the_mlflow_run_is_tagged_with_the_commit_and_not_dirty(first_run):
+    run = _run(first_run)
     assert run.data.tags["git.commit"] == git(first_run.clone, "rev-parse", "HEAD")
     assert run.data.tags["git.dirty"] == "false"
     assert run.info.status == "FINISHED"

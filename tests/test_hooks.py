@@ -1,12 +1,10 @@
-"""The project's Kedro hooks: a model path that cannot load fails before any work, a failed run says
-which MLflow run it left FAILED, and a run tells its story (a line per node and per round, the
-results table, where the artefacts are)."""
+"""The project's Kedro hooks: a model path that cannot load fails before any work, and a failed run
+says which MLflow run it left FAILED. (The story a whole run tells: tests/test_first_run.py.)"""
 
 from __future__ import annotations
 
 import copy
 import logging
-import re
 from pathlib import Path
 
 import pytest
@@ -75,28 +73,3 @@ def test_a_failed_run_says_which_mlflow_run_it_left_failed(project, caplog):
     (run,) = _runs(project)
     assert run.info.status == "FAILED"
     assert f"MLflow run {run.info.run_id} in {tracking_uri(project)} is marked FAILED" in caplog.text
-
-
-@pytest.mark.slow
-def test_a_run_tells_its_story_one_line_per_round_and_a_results_table(project, caplog):
-    caplog.set_level(logging.INFO, logger="rlvr_factory.hooks")
-    run_pipeline(project, TINY_PARAMS)
-    lines = [r.getMessage() for r in caplog.records if r.name == "rlvr_factory.hooks"]
-    rounds = TINY_PARAMS["rl"]["rounds"]
-    (run,) = _runs(project)
-    assert lines[0].endswith(f" nodes, {rounds} RL rounds; MLflow run {run.info.run_id}")
-    round_lines = [line for line in lines if line.startswith("round ")]
-    assert [line.split(":")[0] for line in round_lines] == [f"round {k + 1}/{rounds}" for k in range(rounds)]
-    assert all(", ETA " in line and "val acc" in line for line in round_lines)
-    node_lines = [line for line in lines if line.startswith("[")]
-    assert any("] curate_tasks: " in line for line in node_lines)
-    assert not [line for line in node_lines if re.search(r"round_\d{3}\.", line)]  # a round is its one line
-    table = next(line for line in lines if line.startswith("results\n")).splitlines()
-    assert table[1].split()[:3] == ["test", "split", "tasks"] and table[2].startswith("SFT")
-    assert table[3].startswith(f"RL ({rounds} rounds)")
-    artefacts = next(line for line in lines if line.startswith("artefacts\n"))
-    for where in ("data/08_reporting/metrics.json", "data/08_reporting/summary.json",
-                  "data/08_reporting/plots/round_curves.png", "data/06_models/rl_policy", run.info.run_id):
-        assert where in artefacts
-    assert "model rlvr-policy version 1" in artefacts
-    assert lines[-1].startswith("done in ")

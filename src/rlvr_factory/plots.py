@@ -77,8 +77,9 @@ def _validation_panel(axes: Axes, curves: pd.DataFrame) -> None:
     axes.axhline(sft, color=COLORS["sft"], linestyle="--", linewidth=1.5, label=f"SFT policy: {sft:.1%}")
     axes.plot(rounds, accuracy, "o-", color=COLORS["val"], label="after the round's update")
     best = int(accuracy.idxmax())
+    align = "right" if best == len(accuracy) - 1 else "left" if best == 0 else "center"  # stay inside the axes
     axes.annotate(f"best {accuracy[best]:.1%}", (rounds[best], accuracy[best]), textcoords="offset points",
-                  xytext=(0, 8), ha="center", fontsize="small", color=COLORS["val"])
+                  xytext=(0, 8), ha=align, fontsize="small", color=COLORS["val"])
     _headroom(axes, max(float(accuracy.max()), sft))
     _fraction_axis(axes)
     _style(axes, "Validation: greedy accuracy", "tasks solved")
