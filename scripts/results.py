@@ -10,9 +10,9 @@ writes, and `dvc.lock` must record HEAD's commands, parameters and code and thos
 Both reproductions run `dvc repro` on the default configuration in a temporary clone of HEAD
 (about 6 minutes on 2 CPU cores). The data outputs kept in the DVC cache (models, tables) are
 not compared: `check` names those a reproduction did not write byte for byte, as information.
-`refresh` shares this repository's DVC cache and MLflow store with the clone, checks the outputs
-out here afterwards (so `dvc status` is clean) and prints the `git add` that commits the new
-results. Exit status: 0 when everything matches, 1 when something drifted (each drift is
+`refresh` shares this repository's DVC cache and MLflow store with the clone, checks its outputs
+out here afterwards (replacing what `data/` held, so `dvc status` is clean) and prints the
+`git add` that commits the new results. Exit status: 0 when everything matches, 1 when something drifted (each drift is
 named), 2 on a usage error.
 """
 
