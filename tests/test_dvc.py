@@ -152,11 +152,12 @@ def test_a_second_repro_runs_nothing(session):
 
 def test_changing_one_parameter_makes_only_the_stages_that_read_it_stale(session):
     # Both keys live in parameters_evaluate.yml: `k` is read by `evaluate` alone, the validation
-    # set size by `rl` alone (its per-round validation). What runs then follows the data: an
-    # experiment changing `rl.update.lr` re-runs `rl`, `evaluate` and `report` and nothing upstream.
+    # set size by `rl` (its per-round validation) and `report` (the SFT baseline on the same tasks),
+    # not by `evaluate`. What runs then follows the data: an experiment changing `rl.update.lr`
+    # re-runs `rl`, `evaluate` and `report` and nothing upstream.
     changed = {key: json.loads(session.output[f"status evaluate.{key}"]) for key in ("k", "validation_size")}
     assert changed["k"] == {"evaluate": [{"changed deps": {"conf/base/parameters_evaluate.yml": {"evaluate.k": "modified"}}}]}
-    assert set(changed["validation_size"]) == {"rl"}
+    assert set(changed["validation_size"]) == {"rl", "report"}
     assert session.ran["lr-low"] == ["rl", "evaluate", "report"]
 
 
