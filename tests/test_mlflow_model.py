@@ -21,6 +21,7 @@ def store(tmp_path_factory):
     uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
+    mlflow.set_experiment("policy-model")  # not the experiment an earlier run in this process left active
     try:
         yield uri
     finally:
