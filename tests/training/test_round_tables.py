@@ -47,8 +47,7 @@ def test_a_rollouts_row_is_the_whole_trajectory(tmp_path):
     assert row["completion_tokens"] == 5 and row["num_turns"] == 2 and row["prompt_tokens"] == 3
     assert [t["reward"] for t in json.loads(row["turns"])] == [0.0, 0.5]
     assert row["answer"] == "\\boxed{3}" and pd.isna(row["verdict"])  # judged by the verify station
-    assert json.loads(rollouts.iloc[1]["verdict"]) == {"reward": 0.0, "correct": False, "status": "ok",
-                                                      "breakdown": {"unfinished": 1.0}}
+    assert verdicts(rollouts)[1] == Score(0.0, False, breakdown={"unfinished": 1.0})
     assert (row["round"], row["policy_version"], row["task_id"]) == (3, 7, "a")
 
 
