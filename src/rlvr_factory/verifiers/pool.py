@@ -27,6 +27,7 @@ logger = logging.getLogger(__name__)
 Pair = tuple[str, str]  # (gold, completion): the cache key of one check
 # A verifier's full check is retried once when its worker dies; an overrun is a property of the input.
 DEFAULT_RETRY = {"max_attempts": 2, "retry_timeouts": False}
+_FAILURE_COUNTERS = {"timeout": "timeouts", "error": "errors", "infra_error": "infra_errors"}  # status -> stat
 
 
 class Verifier(Protocol):
@@ -53,6 +54,24 @@ class FullCheck:
         return score
 
 
+class BatchCheck:
+    """A batched verifier's full check as a scheduler job: [(completion, gold), ...] -> [Score, ...]."""
+
+    def __init__(self, verifier: Verifier) -> None:
+        self.verifier = verifier
+
+    def __call__(self, pairs: list[tuple[str, str]]) -> list[Score]:
+        scores = self.verifier.score_batch(pairs)
+        if len(scores) != len(pairs) or not all(isinstance(s, Score) for s in scores):
+            raise TypeError(f"score_batch must return one Score per pair ({len(pairs)}), got {scores!r:.200}")
+        return scores
+
+
+def batch_size_of(verifier: Verifier) -> int | None:
+    """How many checks a batched verifier (one with `score_batch` and `batch_size`) takes per job; None: one."""
+    return getattr(verifier, "batch_size", None) if callable(getattr(verifier, "score_batch", None)) else None
+
+
 def _failure(status: str) -> Score:
     """The zero-reward verdict of a check that could not judge (`timeout`, `error`, `infra_error`)."""
     return Score(reward=0.0, correct=False, status=status)
@@ -66,7 +85,9 @@ class VerifierPool:
     not run; each local worker's address space is capped at `memory_limit_mb` (None: no cap).
     `scheduler` holds the rest of the scheduler's settings (`backend`, `retry`, `ray`, ...; see
     `rlvr_factory.scheduler.create_scheduler`); by default local workers, one retry of a check
-    whose worker died, none of a timeout.
+    whose worker died, none of a timeout. A batched verifier (`score_batch`, `batch_size`: a
+    reward model's forward pass) gets `batch_size` checks per job, and `timeout` bounds the job;
+    a batch that fails gives each of its checks the failure's status.
     """
 
     def __init__(
@@ -90,7 +111,8 @@ class VerifierPool:
         self.timeout = timeout
         self.max_input_chars = max_input_chars
         self.memory_limit_mb = memory_limit_mb
-        self._check = FullCheck(verifier)
+        self._batch_size = batch_size_of(verifier)
+        self._check = FullCheck(verifier) if self._batch_size is None else BatchCheck(verifier)
         self.scheduler: Scheduler = create_scheduler(
             {**settings, "workers": workers, "timeout_seconds": timeout}, memory_limit_mb
         )
@@ -174,13 +196,29 @@ class VerifierPool:
     def _run(self, pairs: list[Pair]) -> list[Score]:
         """The full check of each pair as a job, in order; on an interruption its jobs are abandoned."""
         self._stats["dispatched"] += len(pairs)
+        checks = [(completion, gold) for gold, completion in pairs]
+        size = self._batch_size
+        payloads = checks if size is None else [checks[lo : lo + size] for lo in range(0, len(checks), size)]
         ids: list[int] = []
         try:
-            ids.extend(self.scheduler.submit(self._check, (completion, gold)) for gold, completion in pairs)
-            return [self._verdict(r) for r in self.scheduler.results(ids)]
+            ids.extend(self.scheduler.submit(self._check, payload) for payload in payloads)
+            results = self.scheduler.results(ids)
         except BaseException:
             self.scheduler.abandon(ids)
             raise
+        if size is None:
+            return [self._verdict(r) for r in results]
+        return [score for r, batch in zip(results, payloads) for score in self._batch_verdicts(r, len(batch))]
+
+    def _batch_verdicts(self, result: JobResult, size: int) -> list[Score]:
+        """The Scores of a finished batch: its own (counting those it could not judge), or the batch's
+        failure for each check."""
+        if result.status == "ok":
+            for score in result.value:
+                if score.status in _FAILURE_COUNTERS:
+                    self._stats[_FAILURE_COUNTERS[score.status]] += 1
+            return result.value
+        return [self._verdict(result) for _ in range(size)]
 
     def _verdict(self, result: JobResult) -> Score:
         """The Score of a finished check, counting its failure."""
@@ -188,6 +226,5 @@ class VerifierPool:
             return result.value
         if result.status == "error":
             logger.warning("the verifier raised %s; scored as an error", result.error)
-        key = {"timeout": "timeouts", "error": "errors", "infra_error": "infra_errors"}[result.status]
-        self._stats[key] += 1
+        self._stats[_FAILURE_COUNTERS[result.status]] += 1
         return _failure(result.status)
