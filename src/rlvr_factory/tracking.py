@@ -126,10 +126,12 @@ def log_missing_metrics(run_id: str, history: Mapping[str, Iterable[tuple[int, f
 
 
 def log_policy_model(
-    model: Any, tokenizer: Any, registered_name: str | None, metrics: Mapping[str, float]
+    model: Any, tokenizer: Any, registered_name: str | None, metrics: Mapping[str, float],
+    name: str = "policy", task: str = "text-generation",
 ) -> ModelInfo:
-    """Log a causal LM with MLflow's transformers flavour in the active run with `metrics`, and
-    register it as `registered_name` (unless None) with the metrics as tags of the new version."""
+    """Log a model (by default a causal LM, as `policy/`) with MLflow's transformers flavour in the
+    active run with `metrics`, and register it as `registered_name` (unless None) with the metrics
+    as tags of the new version."""
     import torch
     import transformers
 
@@ -139,7 +141,7 @@ def log_policy_model(
     # Pinned requirements: inferring them would load the model again in a subprocess.
     pip = [f"torch=={torch.__version__.split('+')[0]}", f"transformers=={transformers.__version__}"]
     info = mlflow.transformers.log_model(
-        {"model": model, "tokenizer": tokenizer}, name="policy", task="text-generation",
+        {"model": model, "tokenizer": tokenizer}, name=name, task=task,
         registered_model_name=registered_name, pip_requirements=pip,
     )
     mlflow.log_metrics(dict(metrics), model_id=info.model_id)
