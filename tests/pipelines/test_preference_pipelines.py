@@ -83,7 +83,7 @@ def test_rl_on_the_learned_reward_logs_proxy_and_gold_every_round_and_plots_them
     assert all({"proxy_reward_mean", "gold_accuracy", "gold_reward_mean"} <= set(r) for r in history)
     curve = pd.read_csv(project / "data/08_reporting/plots/overoptimisation.csv")
     assert curve["round"].tolist() == [0, 1]
-    assert curve["proxy_reward_mean"].tolist() == pytest.approx([r["proxy_reward_mean"] for r in history])
+    assert curve["proxy_reward_mean"].tolist() == pytest.approx([r["proxy_reward_mean"] for r in history], rel=1e-5)
     summary = json.loads((project / "data/08_reporting/overoptimisation.json").read_text())
     assert summary["learned_reward"] == 1 and summary["rounds"] == 2 and summary["verdict"]
     assert (project / "data/08_reporting/plots/overoptimisation.png").stat().st_size > 10_000

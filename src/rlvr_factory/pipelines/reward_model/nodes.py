@@ -73,7 +73,7 @@ def log_reward_model(reward_model: Policy, reward_model_report: dict) -> None:
     if mlflow.active_run() is None:
         log.warning("no active MLflow run: the reward model is not logged")
         return
-    metrics = {f"reward_model.{k.replace('/', '.')}": float(v) for k, v in reward_model_report.items()
+    metrics = {f"eval.reward_model.{k.replace('/', '.')}": float(v) for k, v in reward_model_report.items()
                if isinstance(v, (int, float))}
     tracking.log_policy_model(reward_model.model, reward_model.tokenizer, None, metrics, name="reward_model",
                               task="text-classification")
