@@ -9,6 +9,7 @@ pairs never reach a worker. A check whose worker dies is retried (`scheduler.ret
 
     with VerifierPool(MathVerifier(), workers=4, timeout=5.0) as pool:
         scores = pool.score_many([(completion, gold), ...])
+        for score in pool.score_stream(pairs_read_lazily): ...  # in order, each as soon as it and those before are done
 
 A pool is not thread-safe: use it from one thread at a time.
 """
@@ -16,7 +17,9 @@ A pool is not thread-safe: use it from one thread at a time.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rlvr_factory.scheduler import JobResult, Scheduler, create_scheduler
@@ -72,9 +75,20 @@ def batch_size_of(verifier: Verifier) -> int | None:
     return getattr(verifier, "batch_size", None) if callable(getattr(verifier, "score_batch", None)) else None
 
 
-def _failure(status: str) -> Score:
-    """The zero-reward verdict of a check that could not judge (`timeout`, `error`, `infra_error`)."""
-    return Score(reward=0.0, correct=False, status=status)
+@dataclass(eq=False)
+class _Job:
+    """The checks of one scheduler job (one, or a batch), its id once submitted, its verdicts once
+    finished, and how many window entries still wait for them."""
+
+    checks: list[tuple[str, str]] = field(default_factory=list)
+    id: int | None = None
+    scores: list[Score] | None = None
+    waiting: int = 0
+
+
+def _failure(status: str, message: str) -> Score:
+    """The zero-reward verdict of a check that could not judge (`timeout`, `error`, `infra_error`), saying why."""
+    return Score(reward=0.0, correct=False, status=status, message=message)
 
 
 class VerifierPool:
@@ -86,8 +100,8 @@ class VerifierPool:
     `scheduler` holds the rest of the scheduler's settings (`backend`, `retry`, `ray`, ...; see
     `rlvr_factory.scheduler.create_scheduler`); by default local workers, one retry of a check
     whose worker died, none of a timeout. A batched verifier (`score_batch`, `batch_size`: a
-    reward model's forward pass) gets `batch_size` checks per job, and `timeout` bounds the job;
-    a batch that fails gives each of its checks the failure's status.
+    reward model's forward pass) gets up to `batch_size` checks per job, and `timeout` bounds the
+    job; a batch that fails gives each of its checks the failure's status.
     """
 
     def __init__(
@@ -148,26 +162,74 @@ class VerifierPool:
 
     def score_many(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
         """A Score for each (completion, gold) pair, in input order; a failing item gets a status, never raises."""
+        return list(self.score_stream(pairs))
+
+    def score_stream(self, pairs: Iterable[tuple[str, str]]) -> Iterator[Score]:
+        """A Score for each (completion, gold) pair, in input order, each handed out once it and every
+        pair before it are done; `pairs` is read lazily, at most the scheduler's `max_in_flight` checks ahead.
+
+        A pair repeated while its first check is still running is checked once; a failing item gets a
+        status, never raises. Closing the iterator early abandons the checks still running.
+        """
         self._check_open()
-        for completion, gold in pairs:
-            if not isinstance(completion, str) or not isinstance(gold, str):
-                raise TypeError(f"pairs must be (completion, gold) strings, got ({type(completion)}, {type(gold)})")
-        scores: list[Score | None] = [None] * len(pairs)
-        waiting: dict[Pair, list[int]] = {}
-        for i, (completion, gold) in enumerate(pairs):
-            if (gold, completion) in waiting:  # a repeat within this batch is checked once
-                self._stats["cached"] += 1
-                waiting[(gold, completion)].append(i)
-                continue
-            scores[i] = self._screen(completion, gold)
-            if scores[i] is None:
-                waiting[(gold, completion)] = [i]
-        for pair, score in zip(waiting, self._run(list(waiting))):
-            if score.status != "infra_error":  # an infrastructure failure may pass on a later try
-                self._cache[pair] = score
-            for i in waiting[pair]:
-                scores[i] = score
-        return scores  # type: ignore[return-value]  # every slot is filled above
+        window: deque[tuple[Pair, Score | tuple[_Job, int]]] = deque()  # each pair's verdict, or its job's slot
+        running: dict[Pair, tuple[_Job, int]] = {}  # pair -> its slot, while its job is in the window
+        live: set[_Job] = set()  # submitted jobs with window entries still waiting
+        job = _Job()  # the job collecting checks, submitted when full or when the window's head needs it
+        try:
+            for completion, gold in pairs:
+                if not isinstance(completion, str) or not isinstance(gold, str):
+                    raise TypeError(f"pairs must be (completion, gold) strings, got ({type(completion)}, {type(gold)})")
+                key = (gold, completion)
+                if key in running:  # a repeat: checked once
+                    self._stats["cached"] += 1
+                    entry: Score | tuple[_Job, int] = running[key]
+                else:
+                    entry = self._screen(completion, gold)
+                    if entry is None:
+                        if job.id is not None:
+                            job = _Job()
+                        entry = running[key] = (job, len(job.checks))
+                        job.checks.append((completion, gold))
+                        self._stats["dispatched"] += 1
+                        if len(job.checks) == (self._batch_size or 1):
+                            self._submit(job, live)
+                window.append((key, entry))
+                if not isinstance(entry, Score):
+                    entry[0].waiting += 1
+                while window and (isinstance(window[0][1], Score) or len(live) >= self.scheduler.max_in_flight):
+                    yield self._next(window, running, live)
+            while window:
+                yield self._next(window, running, live)
+        finally:
+            # interrupted (an exception, or the consumer stopped): drop what is still running
+            self.scheduler.abandon(j.id for j in live if j.scores is None)
+
+    def _submit(self, job: _Job, live: set[_Job]) -> None:
+        """Send a job's checks to the scheduler: one check, or a batched verifier's list of them."""
+        job.id = self.scheduler.submit(self._check, job.checks if self._batch_size else job.checks[0])
+        live.add(job)
+
+    def _next(self, window: deque, running: dict[Pair, tuple[_Job, int]], live: set[_Job]) -> Score:
+        """The verdict at the head of the window, waiting for its job if it has one."""
+        key, entry = window.popleft()
+        if isinstance(entry, Score):
+            return entry
+        job, index = entry
+        if job.id is None:
+            self._submit(job, live)
+        if job.scores is None:
+            job.scores = self._verdicts(self.scheduler.wait(job.id), len(job.checks))
+            for (completion, gold), score in zip(job.checks, job.scores):
+                if score.status != "infra_error":  # an infrastructure failure may pass on a later try
+                    self._cache[(gold, completion)] = score
+        job.waiting -= 1
+        if not job.waiting:
+            live.discard(job)
+            for i, (completion, gold) in enumerate(job.checks):
+                if running.get((gold, completion)) == (job, i):
+                    del running[(gold, completion)]
+        return job.scores[index]
 
     def _check_open(self) -> None:
         """Refuse work once the pool is closed."""
@@ -178,7 +240,7 @@ class VerifierPool:
         """The verdict reached without a worker (oversize, cached, quick), or None."""
         if len(completion) > self.max_input_chars or len(gold) > self.max_input_chars:
             self._stats["errors"] += 1
-            return _failure("error")
+            return _failure("error", f"input longer than max_input_chars={self.max_input_chars}")
         cached = self._cache.get((gold, completion))
         if cached is not None:
             self._stats["cached"] += 1
@@ -188,32 +250,15 @@ class VerifierPool:
         except Exception as e:  # noqa: BLE001  # any failure of one item is that item's status
             logger.warning("quick_score raised %r; scored as an error", e)
             self._stats["errors"] += 1
-            return _failure("error")
+            return _failure("error", f"the verifier's quick check raised {type(e).__name__}: {e}")
         if score is not None:
             self._stats["quick"] += 1
         return score
 
-    def _run(self, pairs: list[Pair]) -> list[Score]:
-        """The full check of each pair as a job, in order; on an interruption its jobs are abandoned."""
-        self._stats["dispatched"] += len(pairs)
-        checks = [(completion, gold) for gold, completion in pairs]
-        size = self._batch_size
-        payloads = checks if size is None else [checks[lo : lo + size] for lo in range(0, len(checks), size)]
-        ids: list[int] = []
-        try:
-            ids.extend(self.scheduler.submit(self._check, payload) for payload in payloads)
-            results = self.scheduler.results(ids)
-        except BaseException:
-            self.scheduler.abandon(ids)
-            raise
-        if size is None:
-            return [self._verdict(r) for r in results]
-        return [score for r, batch in zip(results, payloads) for score in self._batch_verdicts(r, len(batch))]
-
-    def _batch_verdicts(self, result: JobResult, size: int) -> list[Score]:
-        """The Scores of a finished batch: its own (counting those it could not judge), or the batch's
-        failure for each check."""
-        if result.status == "ok":
+    def _verdicts(self, result: JobResult, size: int) -> list[Score]:
+        """The Scores of a finished job of `size` checks: a batch's own (counting those it could not
+        judge), or the job's verdict for each check."""
+        if result.status == "ok" and self._batch_size is not None:
             for score in result.value:
                 if score.status in _FAILURE_COUNTERS:
                     self._stats[_FAILURE_COUNTERS[score.status]] += 1
@@ -227,4 +272,7 @@ class VerifierPool:
         if result.status == "error":
             logger.warning("the verifier raised %s; scored as an error", result.error)
         self._stats[_FAILURE_COUNTERS[result.status]] += 1
-        return _failure(result.status)
+        why = {"timeout": f"the check ran past its {self.timeout:g} s limit and was killed",
+               "error": f"the verifier raised: {result.error}",
+               "infra_error": f"the check's infrastructure failed on every attempt ({result.attempts}): {result.error}"}
+        return _failure(result.status, why[result.status])

@@ -11,7 +11,7 @@ import torch
 from matplotlib.figure import Figure
 from transformers import AutoModelForSequenceClassification
 
-from rlvr_factory import tracking
+from rlvr_factory import mlflow_model
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.models.reward_model import load_reward_model, reward_model_from_policy
 from rlvr_factory.overoptimisation import plot_proxy_gold, proxy_gold_curve, tracking_summary
@@ -75,8 +75,7 @@ def log_reward_model(reward_model: Policy, reward_model_report: dict) -> None:
         return
     metrics = {f"eval.reward_model.{k.replace('/', '.')}": float(v) for k, v in reward_model_report.items()
                if isinstance(v, (int, float))}
-    tracking.log_policy_model(reward_model.model, reward_model.tokenizer, None, metrics, name="reward_model",
-                              task="text-classification")
+    mlflow_model.log_reward_model(reward_model, metrics)
     mlflow.log_dict(reward_model_report, "reward_model/report.json")
 
 
