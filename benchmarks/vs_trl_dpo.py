@@ -8,7 +8,8 @@ Both sides get an identical copy of the same tiny Llama (`--model`, e.g. the pip
 policy; default: the embedded architecture, freshly initialised), the same embedded arithmetic
 pairs (a worked solution preferred to a flawed one), the same tokens (TRL gets the chat-rendered
 prompt as text, so neither side re-templates), `--pairs` pairs per step, fp32 on the CPU, AdamW,
-no gradient accumulation, no evaluation. DPO: sigmoid loss, beta 0.1; TRL runs twice, with its
+no gradient accumulation, no evaluation, no gradient checkpointing (TRL's DPOConfig and RewardConfig
+turn it on by default; ours never recomputes activations). DPO: sigmoid loss, beta 0.1; TRL runs twice, with its
 default reference model (a forward pass of a frozen copy every step) and with
 `precompute_ref_log_probs=True` (what ours always does: the reference's log-probs once, before
 training; that pass is outside the timed steps on both sides). Reward model: a one-label
@@ -99,7 +100,8 @@ def _common(args, output: str) -> dict:
     return dict(output_dir=output, use_cpu=True, bf16=False, fp16=False, report_to="none", logging_steps=1,
                 save_strategy="no", per_device_train_batch_size=args.pairs, gradient_accumulation_steps=1,
                 learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
-                max_steps=args.steps + 1, seed=0, dataloader_num_workers=0, disable_tqdm=True, max_length=None)
+                max_steps=args.steps + 1, seed=0, dataloader_num_workers=0, disable_tqdm=True, max_length=None,
+                gradient_checkpointing=False)
 
 
 def run_trl_dpo(model, tokenizer, pairs, args, precompute: bool) -> tuple[list[float], float]:

@@ -20,6 +20,7 @@ import pandas as pd
 from rlvr_factory.domains.base import Task
 from rlvr_factory.domains.curation import (
     EVAL_SPLITS, SPLITS, carve_validation, decontaminate, deduplicate, normalise_prompt, quarantine_record,
+    validate_unique,
 )
 from rlvr_factory.preferences.contract import PreferencePair
 
@@ -139,16 +140,8 @@ def curate_pairs(
 ) -> CuratedPairs:
     """Validate, deduplicate and decontaminate raw pair rows against `eval_prompts`, then make sure
     some pairs are held out. `decontamination` holds `n` and `threshold`."""
-    pairs, quarantined, seen = [], [], set()
-    for row in rows:
-        pair, reason = validate_pair_row(row, count_tokens, max_tokens)
-        if pair is not None and pair.pair_id in seen:
-            pair, reason = None, f"pair_id: {pair.pair_id!r} appears more than once"
-        if pair is None:
-            quarantined.append(_quarantine(row, "validate", reason))
-        else:
-            seen.add(pair.pair_id)
-            pairs.append(pair)
+    pairs, quarantined = validate_unique(rows, lambda row: validate_pair_row(row, count_tokens, max_tokens), "pair_id",
+                                         _quarantine)
     counts = {"rows": len(rows), "quarantined.validate": len(quarantined)}
     pairs, removed = deduplicate_pairs(pairs)
     quarantined += removed

@@ -43,11 +43,15 @@ def curate_tasks(domain: dict, curate_params: dict, verify: dict) -> tuple[pd.Da
         default_difficulty=difficulty["default"], seed=curate_params["seed"], measured=measured,
     )
     quarantine = quarantine_frame(result.quarantined)
+    return tasks_to_frame(result.tasks), quarantine, _report("curate", "row(s)", quarantine, result.counts)
+
+
+def _report(name: str, what: str, quarantine: pd.DataFrame, counts: dict) -> dict:
+    """Log what curation removed and why, and its counts as MLflow metrics."""
     for (stage, reason), n in quarantine.groupby(["stage", "reason"]).size().head(20).items():
-        log.warning("curate: %s removed %d row(s): %s", stage, n, reason)
-    log.info("curate: %s", result.counts)
-    metrics = {k: {"value": float(v), "step": 0} for k, v in result.counts.items()}
-    return tasks_to_frame(result.tasks), quarantine, metrics
+        log.warning("%s: %s removed %d %s: %s", name, stage, n, what, reason)
+    log.info("%s: %s", name, counts)
+    return {k: {"value": float(v), "step": 0} for k, v in counts.items()}
 
 
 def split_tasks(tasks: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -77,8 +81,4 @@ def curate_preferences(tasks: pd.DataFrame, base_model_ref: dict, domain: dict, 
         seed=preferences["seed"], count_tokens=count, max_tokens=preferences.get("max_length") or context,
     )
     quarantine = pair_quarantine_frame(result.quarantined)
-    for (stage, reason), n in quarantine.groupby(["stage", "reason"]).size().head(20).items():
-        log.warning("preferences: %s removed %d pair(s): %s", stage, n, reason)
-    log.info("preferences: %s", result.counts)
-    metrics = {k: {"value": float(v), "step": 0} for k, v in result.counts.items()}
-    return pairs_to_frame(result.pairs), quarantine, metrics
+    return pairs_to_frame(result.pairs), quarantine, _report("preferences", "pair(s)", quarantine, result.counts)
