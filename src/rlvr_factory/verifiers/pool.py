@@ -166,7 +166,8 @@ class VerifierPool:
 
     def score_stream(self, pairs: Iterable[tuple[str, str]]) -> Iterator[Score]:
         """A Score for each (completion, gold) pair, in input order, each handed out once it and every
-        pair before it are done; `pairs` is read lazily, at most the scheduler's `max_in_flight` checks ahead.
+        pair before it are done; `pairs` is read lazily, at most the scheduler's `max_in_flight` jobs ahead
+        (a job: one check, or a batched verifier's `batch_size` checks).
 
         A pair repeated while its first check is still running is checked once; a failing item gets a
         status, never raises. Closing the iterator early abandons the checks still running.
