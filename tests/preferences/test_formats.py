@@ -3,6 +3,7 @@
 import json
 import math
 
+import pandas as pd
 import pytest
 
 from rlvr_factory.preferences import loaded_rows, record_to_pair
@@ -83,3 +84,20 @@ def test_loaded_rows_keep_unreadable_records_with_the_reason(tmp_path):
     assert rows[0]["chosen"] == "a" and rows[0]["source"].endswith("pairs.jsonl#0")
     assert "line 2 is not JSON" in rows[1]["_error"]
     assert "fits no preference format" in rows[2]["_error"] and json.loads(rows[2]["record"]) == {"prompt": "p"}
+
+
+def test_ultrafeedback_parquet_and_a_saved_hh_rlhf_dataset_load_as_pairs(tmp_path):
+    from datasets import Dataset
+
+    ultrafeedback = [{"prompt": "Name a prime.", "score_chosen": 9.0, "score_rejected": 4.0,
+                      "chosen": [{"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "7"}],
+                      "rejected": [{"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "8"}]}]
+    pd.DataFrame(ultrafeedback).to_parquet(tmp_path / "uf.parquet")
+    Dataset.from_list([{"chosen": "\n\nHuman: Hi?\n\nAssistant: Hello!", "rejected": "\n\nHuman: Hi?\n\nAssistant: Go away."}]
+                      ).save_to_disk(str(tmp_path / "hh"))
+    rows = loaded_rows({"train": str(tmp_path / "uf.parquet"), "validation": str(tmp_path / "hh")})
+    by_split = {r["split"]: r for r in rows}
+    assert (by_split["train"]["prompt"], by_split["train"]["chosen"], by_split["train"]["rejected"]) == ("Name a prime.", "7", "8")
+    assert by_split["train"]["margin"] == 5.0
+    assert by_split["validation"]["chosen"].strip() == "Hello!" and by_split["validation"]["rejected"].strip() == "Go away."
+    assert "Hi?" in by_split["validation"]["prompt"]

@@ -137,10 +137,20 @@ def detect_format(record: dict[str, Any]) -> str:
     raise ValueError(f"record fits no preference format {FORMATS[1:]}: fields {sorted(record)}")
 
 
+def _plain(value: Any) -> Any:
+    """Arrays (how Parquet hands back list columns: message lists, rated completions) as lists."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) or (hasattr(value, "tolist") and getattr(value, "ndim", 0) > 0):
+        return [_plain(v) for v in value]
+    return value
+
+
 def record_to_pair(record: dict[str, Any], fmt: str = "auto") -> dict[str, Any]:
     """`prompt, chosen, rejected, margin` (and `kind`, `domain` when the record gives them) of one record."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown preference format {fmt!r}; choose one of {FORMATS}")
+    record = _plain(record)
     row = _MAPPERS[detect_format(record) if fmt == "auto" else fmt](record)
     for key in ("kind", "domain"):
         if isinstance(record.get(key), str):
