@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 ROLLOUT_COLUMNS = {"round", "task_id", "domain", "sample_index", "prompt", "completion", "prompt_tokens",
                    "completion_tokens", "finish_reason", "policy_version"}
-SCORED_COLUMNS = ROLLOUT_COLUMNS | {"reward", "correct", "reward_breakdown", "status", "verify_ms"}
+SCORED_COLUMNS = ROLLOUT_COLUMNS | {"reward", "correct", "reward_breakdown", "status"}
 
 
 def _kedro_cli(project, params: dict, *extra: str) -> subprocess.Popen:

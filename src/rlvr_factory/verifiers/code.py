@@ -27,6 +27,7 @@ import builtins
 import json
 import logging
 import re
+import signal
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -467,7 +468,8 @@ class CodeVerifier:
         passed = sum(verdict.passed.values())
         process = 1.0 if verdict.outcome else passed / max(verdict.total, 1)
         ended = verdict.ended.result if verdict.ended is not None else None
-        timed_out = ended is not None and ended.timed_out
+        # past the time limit: the wall-clock deadline or the CPU-time limit, whichever a busy program hit first
+        timed_out = ended is not None and (ended.timed_out or ended.exit_code == -signal.SIGXCPU)
         exited = (ended is not None and ended.exit_code == 0) or verdict.exits > 0  # left before the tests ended
         hack = bool(signs) or exited or verdict.disguised > 0
         return self._score(

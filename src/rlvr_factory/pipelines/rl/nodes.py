@@ -24,7 +24,8 @@ from rlvr_factory.verification import verify_batch
 
 log = logging.getLogger(__name__)
 # Operational stats (wall-clock timings, the verifier pool's counters, which depend on what the
-# process verified before) go to MLflow but not into the reproducible round history.
+# process verified before) go to MLflow but not into the round's stats on disk, so a rerun of
+# the same commit and configuration writes the same bytes.
 OPERATIONAL_KEYS = ("rollout_seconds", "update_seconds", "eval_seconds", "tokens_per_second")
 OPERATIONAL_PREFIX = "verify_"
 
@@ -116,8 +117,7 @@ def track_pass_rates(scored: pd.DataFrame, rl: dict, previous: pd.DataFrame | No
 def verify(rollouts: pd.DataFrame, train_tasks: pd.DataFrame, domain: dict, verify: dict) -> tuple[pd.DataFrame, dict]:
     """Score every completion with the domain's verifier through the pool (the `scored` table).
 
-    `verify_ms` is the batch's verification time shared out per completion. The stats carry the
-    pool's counters and the scheduler's metrics over the batch (`verify_scheduler_*`: jobs per
+    The stats (operational, for MLflow) carry the batch's verification time, the pool's counters and the scheduler's metrics over the batch (`verify_scheduler_*`: jobs per
     second, retries, timeouts, infra failures, peak queue depth and in-flight, utilisation); a
     check that failed for infrastructure reasons on every attempt has status `infra_error`.
     """
@@ -132,7 +132,6 @@ def verify(rollouts: pd.DataFrame, train_tasks: pd.DataFrame, domain: dict, veri
         correct=[s.correct for s in scores],
         reward_breakdown=[json.dumps(s.breakdown, sort_keys=True) for s in scores],
         status=[s.status for s in scores],
-        verify_ms=1000 * seconds / max(1, len(scores)),
     )
     return scored, {"verify_seconds": seconds, **{f"verify_{k}": v for k, v in pool_stats.items()}}
 
@@ -146,8 +145,8 @@ def update(
 
     Samples whose verification hit an infrastructure failure are left out of the loss
     and counted. `pass_rates` (the curriculum's state after this round) is summarised in the
-    stats. Returns the updated policy, the round's stats, and those stats as an MLflow
-    metric history entry (step = round).
+    stats. Returns the updated policy, the round's stats (without operational ones: timings and
+    pool counters), and all of them as an MLflow metric history entry (step = round).
     """
     seed = round_seed(rl, round_index)
     seed_everything(seed)
@@ -183,17 +182,15 @@ def update(
         **rollout_stats,
         **verify_stats,
     )
-    log.info(
-        "round %d: reward %.3f, pass rate %.3f, val greedy acc %.3f, entropy %.3f",
-        round_index, stats["reward_mean"], stats["pass_rate"], val_accuracy, stats["entropy"],
-    )
     history = {k: {"value": float(v), "step": round_index} for k, v in stats.items() if k != "round"}
-    return policy, stats, history
+    return policy, _reproducible(stats), history
+
+
+def _reproducible(stats: dict) -> dict:
+    """The stats without operational ones, which differ from run to run of the same configuration."""
+    return {k: v for k, v in stats.items() if k not in OPERATIONAL_KEYS and not k.startswith(OPERATIONAL_PREFIX)}
 
 
 def summarize_rounds(*round_stats: dict) -> list[dict]:
     """All rounds' stats in order, without operational stats (so reruns compare byte for byte)."""
-    return [
-        {k: v for k, v in s.items() if k not in OPERATIONAL_KEYS and not k.startswith(OPERATIONAL_PREFIX)}
-        for s in sorted(round_stats, key=lambda s: s["round"])
-    ]
+    return [_reproducible(s) for s in sorted(round_stats, key=lambda s: s["round"])]
