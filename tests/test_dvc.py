@@ -19,7 +19,10 @@ from tests.pipelines.conftest import PROJECT_ROOT, TINY_PARAMS
 
 pytestmark = pytest.mark.slow
 
-STAGES = ["curate", "base_model", "sft", "rl", "evaluate", "report"]
+STAGES = ["curate", "base_model", "sft", "rl", "evaluate", "report", "preferences", "reward_model", "preference"]
+# Each stage after the stages whose outputs it reads (the RLVR chain, then preferences, RM and DPO).
+UPSTREAM = {"base_model": ["curate"], "sft": ["base_model"], "rl": ["sft"], "evaluate": ["rl"], "report": ["evaluate"],
+            "preferences": ["base_model"], "reward_model": ["preferences", "sft"], "preference": ["preferences", "evaluate"]}
 # What a clone holds: the tracked project files, with data/ and mlruns/ as empty layers.
 CLONED = ["conf/base", "conf/logging.yml", "src", "pyproject.toml", "dvc.yaml", ".dvc/config", ".dvc/.gitignore",
           ".dvc/plots", ".dvcignore", ".gitignore", ".telemetry"]
@@ -64,6 +67,11 @@ def dvc(repo: Path, *args: str) -> str:
 
 def stages_run(output: str) -> list[str]:
     return re.findall(r"Running stage '([\w.-]+)'", output)
+
+
+def in_order(ran: list[str]) -> bool:
+    """Every stage ran once, each after the stages it reads from."""
+    return sorted(ran) == sorted(STAGES) and all(ran.index(u) < ran.index(s) for s, ups in UPSTREAM.items() for u in ups)
 
 
 def clone_project(repo: Path) -> Path:
@@ -139,7 +147,7 @@ def _runs(repo: Path) -> list:
 
 
 def test_repro_in_a_fresh_clone_runs_every_stage_in_order(session):
-    assert session.ran["repro"] == STAGES
+    assert in_order(session.ran["repro"]), session.ran["repro"]
     lock = yaml.safe_load((session.repo / "dvc.lock").read_text())
     assert set(lock["stages"]) == set(STAGES)
     assert json.loads(session.metrics["repro"])["rounds"] == TINY_PARAMS["rl"]["rounds"]
@@ -151,18 +159,20 @@ def test_a_second_repro_runs_nothing(session):
 
 
 def test_changing_one_parameter_makes_only_the_stages_that_read_it_stale(session):
-    # Both keys live in parameters_evaluate.yml: `k` is read by `evaluate` alone, the validation
+    # Both keys live in parameters_evaluate.yml: `k` is read by `evaluate` and `preference` (the
+    # SFT and DPO policies' pass@k on the test split), the validation
     # set size by `rl` (its per-round validation) and `report` (the SFT baseline on the same tasks),
     # not by `evaluate`. What runs then follows the data: an experiment changing `rl.update.lr`
     # re-runs `rl`, `evaluate` and `report` and nothing upstream.
     changed = {key: json.loads(session.output[f"status evaluate.{key}"]) for key in ("k", "validation_size")}
-    assert changed["k"] == {"evaluate": [{"changed deps": {"conf/base/parameters_evaluate.yml": {"evaluate.k": "modified"}}}]}
+    k_changed = [{"changed deps": {"conf/base/parameters_evaluate.yml": {"evaluate.k": "modified"}}}]
+    assert changed["k"] == {"evaluate": k_changed, "preference": k_changed}
     assert set(changed["validation_size"]) == {"rl", "report"}
     assert session.ran["lr-low"] == ["rl", "evaluate", "report"]
 
 
 def test_the_same_commit_run_twice_gives_byte_identical_metrics(session):
-    assert session.ran["force"] == STAGES
+    assert in_order(session.ran["force"]), session.ran["force"]
     assert session.metrics["force"] == session.metrics["repro"]
 
 

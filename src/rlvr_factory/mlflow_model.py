@@ -84,3 +84,16 @@ def log_policy_model(
         client.set_model_version_tag(registered_name, version, key, value if isinstance(value, str) else f"{value:.6g}")
     log.info("registered %s version %s from run %s", registered_name, version, run.info.run_id)
     return info
+
+
+def log_reward_model(reward_model: Policy, metrics: Mapping[str, float]) -> ModelInfo:
+    """Log a reward model (an HF sequence-classification model) with MLflow's transformers flavour
+    in the active run, as `reward_model/`, with `metrics` attached."""
+    if mlflow.active_run() is None:
+        raise RuntimeError("no active MLflow run to log the reward model in; start one (kedro-mlflow does) first")
+    info = mlflow.transformers.log_model(
+        {"model": reward_model.model, "tokenizer": reward_model.tokenizer}, name="reward_model",
+        task="text-classification", pip_requirements=_requirements(),
+    )
+    mlflow.log_metrics(dict(metrics), model_id=info.model_id)
+    return info

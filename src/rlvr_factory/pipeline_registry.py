@@ -17,7 +17,7 @@ from kedro.pipeline import Pipeline
 from kedro.utils import find_kedro_project
 
 from rlvr_factory.config_loader import ConfigLoader
-from rlvr_factory.pipelines import base_model, curate, evaluate, report, rl, sft
+from rlvr_factory.pipelines import base_model, curate, evaluate, preference, report, reward_model, rl, sft
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,12 @@ def register_pipelines() -> dict[str, Pipeline]:
         "evaluate": evaluate.create_pipeline(),
         "report": report.create_pipeline(shape.rounds),
     }
+    stages["overoptimisation"] = reward_model.create_overoptimisation_pipeline()
     stages["rlvr"] = sum(stages.values(), Pipeline([]))
     stages["__default__"] = stages["rlvr"]
+    # RLHF and DPO on preference pairs, each from scratch (curate, base model, SFT reused when cached).
+    stages["preference_data"] = curate.create_preference_pipeline()
+    upstream = stages["curate"] + stages["base_model"] + stages["sft"] + stages["preference_data"]
+    stages["reward_model"] = upstream + reward_model.create_pipeline()
+    stages["preference"] = upstream + preference.create_pipeline()
     return stages

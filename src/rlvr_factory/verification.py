@@ -50,7 +50,12 @@ def verify_batch(
 ) -> tuple[list[Score], dict[str, float]]:
     """Scores for each (completion, reference) pair, in order, and this batch's operational stats:
     the pool's counters and, as `scheduler_<metric>`, the scheduler's over the batch (jobs per
-    second, retries, timeouts, infra failures, peak queue depth and in-flight jobs, utilisation)."""
+    second, retries, timeouts, infra failures, peak queue depth and in-flight jobs, utilisation).
+
+    A domain whose reward has several components scores them itself (`domain.verify_batch`)."""
+    own = getattr(domain, "verify_batch", None)
+    if callable(own):
+        return own(completions, references, verify)
     pool = shared_pool(domain.verifier, verify)
     before, window_start = pool.stats, pool.scheduler.metrics(reset_peaks=True)
     scores = pool.score_many([(c, domain.gold(r)) for c, r in zip(completions, references, strict=True)])

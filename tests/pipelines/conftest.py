@@ -26,6 +26,8 @@ TINY_PARAMS = {
     "sft": {"num_examples": 50, "train": {"steps": 5, "batch_size": 8, "warmup_steps": 2}},
     "rl": {"rounds": 2, "prompts_per_round": 4, "samples_per_prompt": 4, "update": {"minibatch_size": 8}},
     "evaluate": {"k": 2, "validation_size": 10},
+    "reward_model": {"train": {"steps": 30, "batch_size": 8, "warmup_steps": 2, "eval_every": 10, "checkpoint_every": 10}},
+    "dpo": {"train": {"steps": 10, "batch_size": 8, "warmup_steps": 2, "eval_every": 5, "checkpoint_every": 5}},
 }
 
 

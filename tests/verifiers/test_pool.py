@@ -62,6 +62,15 @@ class Scripted:
         raise AssertionError(f"unknown test command {completion!r}")
 
 
+class BatchedScripted(Scripted):
+    """The scripted verifier with a batched full check (`score_batch`): `batch_size` checks per job."""
+
+    batch_size = 3
+
+    def score_batch(self, pairs: list[tuple[str, str]]) -> list[Score]:
+        return [self.score(completion, gold) for completion, gold in pairs]
+
+
 class MathVerifyScorer:
     """Math-Verify's parse and verify with their own (signal-based) timeouts off: the pool is the only limit."""
 
@@ -409,3 +418,15 @@ def test_the_projects_math_verifier_runs_in_the_pool():
     assert [s.correct for s in scores] == [True, False, False]
     assert scores[0].status == "ok"
     assert scores[2].status in {"ok", "timeout", "error"}
+
+
+def test_a_batched_verifier_gets_its_checks_in_batches_streamed_in_order_each_pair_checked_once():
+    checks = [(f"ok:{i % 5}", str(i % 5)) for i in range(7)] + [("ok:1", "1"), ("quick:2", "2"), ("ok:9", "8")]
+    with VerifierPool(BatchedScripted(), workers=2, timeout=5.0, scheduler={"max_in_flight": 1}) as pool:
+        scores = list(pool.score_stream(iter(checks)))
+        submitted = pool.scheduler.metrics().counters["submitted"]
+        stats = pool.stats
+    assert [s.reward for s in scores] == [1.0] * 9 + [0.0]
+    assert all(s.status == "ok" for s in scores)
+    assert stats["dispatched"] == 6 and stats["quick"] == 1 and stats["cached"] == 3
+    assert submitted == 2  # ok:0-2, then ok:3, ok:4, ok:9: one job per three distinct checks

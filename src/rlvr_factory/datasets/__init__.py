@@ -1,5 +1,6 @@
 """Kedro datasets for the objects the pipeline passes between stages."""
 
 from rlvr_factory.datasets.policy_dataset import PolicyDataset
+from rlvr_factory.datasets.reward_model_dataset import RewardModelDataset
 
-__all__ = ["PolicyDataset"]
+__all__ = ["PolicyDataset", "RewardModelDataset"]

@@ -13,6 +13,7 @@ calculator (``<calc>37+5*6</calc>``), whose result is the next observation
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -40,17 +41,18 @@ class Level:
             raise ValueError(f"ops must be a non-empty subset of '+-*', got {self.ops!r}")
 
 
-def solve_steps(numbers: list[int], ops: list[str]) -> tuple[list[str], int]:
+def solve_steps(numbers: list[int], ops: list[str], slips: Mapping[int, int] | None = None) -> tuple[list[str], int]:
     """Reduce an expression one operation at a time: every `*` first, then left to right.
 
-    Returns the steps as ``"a op b=c"`` strings and the final value.
+    Returns the steps as ``"a op b=c"`` strings and the final value. `slips` maps a step's
+    index to an error added to its result (carried into the later steps), for flawed solutions.
     """
     numbers, ops = list(numbers), list(ops)
     steps = []
     while ops:
         i = ops.index("*") if "*" in ops else 0
         a, op, b = numbers[i], ops[i], numbers[i + 1]
-        value = _APPLY[op](a, b)
+        value = _APPLY[op](a, b) + (slips or {}).get(len(steps), 0)
         steps.append(f"{a}{op}{b}={value}")
         numbers[i : i + 2] = [value]
         del ops[i]
@@ -102,6 +104,23 @@ class CalculatorEnvironment:
         self.calls += 1
         observation, failed = answer_call(call, self.tool.limits)
         return Step(observation, None, done=False, info={"tool_calls": 1.0, "tool_errors": float(failed)})
+
+
+def parse_expression(expression: str) -> tuple[list[int], list[str]]:
+    """The operands and operators of an expression such as ``37+5*6`` (the inverse of how tasks are written)."""
+    parts = re.findall(r"\d+|[-+*]", expression)
+    if "".join(parts) != expression.replace(" ", "") or len(parts) % 2 == 0:
+        raise ValueError(f"not an expression of non-negative integers and + - *: {expression!r}")
+    return [int(p) for p in parts[::2]], parts[1::2]
+
+
+def _error(rng: random.Random) -> int:
+    """A small non-zero arithmetic error."""
+    return rng.choice([-1, 1]) * rng.randint(1, 10)
+
+
+# How a flawed demonstration falls short of the worked, correct one (`flawed_demonstration`).
+FLAWS = ("direct", "direct_wrong", "slip", "wrong_final")
 
 
 class ArithmeticDomain:
@@ -207,6 +226,23 @@ class ArithmeticDomain:
         call = f"<calc>{task.prompt.removeprefix('Compute ')}</calc>"
         observation, _ = answer_call(find_call(call), self.tool.limits)
         return [call, observation, f"\\boxed{{{task.reference['answer']}}}"]
+
+    def flawed_demonstration(self, task: Task, flaw: str, rng: random.Random) -> str:
+        """A completion worse than the worked solution, for preference pairs: `direct` (the right
+        answer, unexplained), `direct_wrong` (a wrong answer, unexplained), `slip` (worked, with an
+        arithmetic error in one step carried to the answer) or `wrong_final` (right steps, wrong answer)."""
+        answer = int(task.reference["answer"])
+        if flaw == "direct":
+            return f"\\boxed{{{answer}}}"
+        if flaw == "direct_wrong":
+            return f"\\boxed{{{answer + _error(rng)}}}"
+        if flaw == "wrong_final":
+            return "\n".join(task.reference["steps"]) + f"\n\\boxed{{{answer + _error(rng)}}}"
+        if flaw == "slip":
+            numbers, ops = parse_expression(task.prompt.removeprefix("Compute "))
+            steps, value = solve_steps(numbers, ops, {rng.randrange(len(ops)): _error(rng)})
+            return "\n".join(steps) + f"\n\\boxed{{{value}}}"
+        raise ValueError(f"unknown flaw {flaw!r}; choose one of {FLAWS}")
 
     @staticmethod
     def gold(reference: dict[str, Any]) -> str:

@@ -186,6 +186,17 @@ def tasks_from_frame(frame: pd.DataFrame) -> list[Task]:
     ]
 
 
+def row_reference(row: dict[str, Any]) -> dict[str, Any] | None:
+    """A raw row's reference as a dict (parsed when it is a JSON string); None when it is not a JSON object."""
+    reference = row.get("reference")
+    if isinstance(reference, str):
+        try:
+            reference = json.loads(reference)
+        except json.JSONDecodeError:
+            return None
+    return reference if isinstance(reference, dict) else None
+
+
 def source_rows(domain: Domain) -> list[dict[str, Any]]:
     """The domain's task rows before curation: its raw `rows()` if it loads a data set, else its generated tasks."""
     rows = getattr(domain, "rows", None)

@@ -11,7 +11,7 @@ import random
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
@@ -85,19 +85,29 @@ def quarantine_record(row: Mapping[str, Any] | Task, stage: str, reason: str) ->
     }
 
 
+def validate_unique(
+    rows: Iterable[Mapping[str, Any]], check: Callable[[Mapping[str, Any]], tuple[Any, str | None]], id_field: str,
+    quarantine: Callable[[Mapping[str, Any], str, str], dict[str, Any]] | None = None,
+) -> tuple[list, list[dict]]:
+    """The items `check` makes of the rows (each `(item, None)` or `(None, reason)`), ids in
+    `id_field` unique, and the quarantine record (stage `validate`) of each row refused."""
+    quarantine = quarantine or quarantine_record
+    items, quarantined, seen = [], [], set()
+    for row in rows:
+        item, reason = check(row)
+        if item is not None and getattr(item, id_field) in seen:
+            item, reason = None, f"{id_field}: {getattr(item, id_field)!r} appears more than once"
+        if item is None:
+            quarantined.append(quarantine(row, "validate", reason))
+        else:
+            seen.add(getattr(item, id_field))
+            items.append(item)
+    return items, quarantined
+
+
 def validate(rows: Iterable[Mapping[str, Any]], domains: Mapping[str, Domain]) -> tuple[list[Task], list[dict]]:
     """Rows that meet the task contract (with unique task ids) as Tasks, and the quarantined rest."""
-    tasks, quarantined, seen = [], [], set()
-    for row in rows:
-        task, reason = validate_row(row, domains)
-        if task is not None and task.task_id in seen:
-            task, reason = None, f"task_id: {row['task_id']!r} appears more than once"
-        if task is None:
-            quarantined.append(quarantine_record(row, "validate", reason))
-        else:
-            seen.add(task.task_id)
-            tasks.append(task)
-    return tasks, quarantined
+    return validate_unique(rows, lambda row: validate_row(row, domains), "task_id")
 
 
 def normalise_prompt(prompt: str) -> str:

@@ -95,6 +95,34 @@ def read_records(
     return _read_hf(source, config, split, **load_args)
 
 
+def split_sources(sources: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Sources per split as `read_records` argument blocks: a bare path or hub id becomes `{"path": ...}`."""
+    return {split: dict(s) if isinstance(s, dict) else {"path": s} for split, s in sources.items()}
+
+
+def mapped_records(
+    sources: dict[str, dict[str, Any]], limit: dict[str, int], to_row: Callable[[dict[str, Any]], dict[str, Any]]
+) -> list[tuple[str, int, dict[str, Any]]]:
+    """(split, index, row) for every record of every split (the first `limit[split]` when set), in order.
+
+    Each row holds `split`, `source` (`path#index`) and `to_row(record)`; a record that could not
+    be read or mapped (`to_row` raised ValueError, TypeError or KeyError) keeps the reason in
+    `_error` and the record itself in `record`, for the curate stage to quarantine.
+    """
+    out = []
+    for split, spec in sources.items():
+        for index, record in enumerate(read_records(**spec)[: limit.get(split)]):
+            row = {"split": split, "source": f"{spec['path']}#{index}"}
+            try:
+                if ERROR_KEY in record:
+                    raise ValueError(record[ERROR_KEY])
+                row.update(to_row(record))
+            except (ValueError, TypeError, KeyError) as e:
+                row.update({ERROR_KEY: str(e), "record": json.dumps(record, default=str)[:2000]})
+            out.append((split, index, row))
+    return out
+
+
 class LoadedDomain:
     """The shared part of a domain read from a data set: sources per split, raw rows, tasks.
 
@@ -112,7 +140,7 @@ class LoadedDomain:
                  verifier: dict[str, Any] | None = None) -> None:
         if not sources:
             raise ValueError(f"domain {self.name!r} needs `sources`: a split -> path or hub id mapping")
-        self.sources = {split: dict(s) if isinstance(s, dict) else {"path": s} for split, s in sources.items()}
+        self.sources = split_sources(sources)
         self.limit = dict(limit or {})
         self.verifier = self.verifier_class(**(verifier or {}))
 
@@ -122,20 +150,10 @@ class LoadedDomain:
 
     def rows(self) -> list[dict[str, Any]]:
         """Every record of every split as a raw task row; a record that cannot be mapped keeps its reason in `_error`."""
-        rows = []
-        for split, spec in self.sources.items():
-            records = read_records(**spec)
-            for index, record in enumerate(records[: self.limit.get(split)]):
-                row = {"task_id": f"{self.name}-{split}-{index:05d}", "domain": self.name, "split": split,
-                       "source": f"{spec['path']}#{index}"}
-                try:
-                    if ERROR_KEY in record:
-                        raise ValueError(record[ERROR_KEY])
-                    row.update(self.record_to_row(record))
-                except (ValueError, TypeError, KeyError) as e:
-                    row.update({ERROR_KEY: str(e), "record": json.dumps(record, default=str)[:2000]})
-                rows.append(row)
-        return rows
+        return [
+            {"task_id": f"{self.name}-{split}-{index:05d}", "domain": self.name, **row}
+            for split, index, row in mapped_records(self.sources, self.limit, self.record_to_row)
+        ]
 
     def generate_tasks(self) -> list[Task]:
         """The valid tasks of every source; raises on the first row that breaks the task contract

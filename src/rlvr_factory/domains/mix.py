@@ -14,7 +14,7 @@ import json
 import random
 from typing import Any, Mapping
 
-from rlvr_factory.domains.base import Domain, Task, source_rows
+from rlvr_factory.domains.base import Domain, Task, row_reference, source_rows
 from rlvr_factory.domains.registry import get_domain
 from rlvr_factory.verifiers.score import Score
 
@@ -28,13 +28,8 @@ def tag_gold(key: str, gold: str) -> str:
 
 def _tag_row(key: str, row: dict[str, Any]) -> dict[str, Any]:
     """A raw row labelled with its member's key; a reference that is not a JSON object is left for validation to refuse."""
-    reference = row.get("reference")
-    if isinstance(reference, str):
-        try:
-            reference = json.loads(reference)
-        except json.JSONDecodeError:
-            pass
-    tagged = {**reference, TAG: key} if isinstance(reference, dict) else row.get("reference")
+    reference = row_reference(row)
+    tagged = {**reference, TAG: key} if reference is not None else row.get("reference")
     return {**row, "domain": key, "reference": tagged}
 
 

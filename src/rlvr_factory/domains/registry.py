@@ -7,7 +7,9 @@
    the class in it whose `name` is `<name>`), so a new built-in is just a new module;
 4. an entry point of the group `rlvr_factory.domains` (third-party packages declare
    ``[project.entry-points."rlvr_factory.domains"] chess = "my_pkg.chess:ChessDomain"``).
-The other keys of the block are passed to the domain's constructor.
+The other keys of the block are passed to the domain's constructor, except `reward` and
+`reward_model`: `reward: model` (or component weights) scores the domain with a learned reward
+model (`domains/learned_reward.py`); `reward: verifier`, the default, with its own verifier.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from rlvr_factory.domains.base import Domain
 
 ENTRY_POINT_GROUP = "rlvr_factory.domains"
 _PACKAGE = "rlvr_factory.domains"
-_NOT_DOMAINS = {"base", "registry", "loaders", "curation", "documents", "mix", "calculator"}  # library modules, not domains
+_NOT_DOMAINS = {"base", "registry", "loaders", "curation", "documents", "mix", "calculator", "learned_reward"}  # library modules, not domains
 
 DOMAINS: dict[str, Callable[..., Domain]] = {}
 
@@ -87,5 +89,12 @@ def domain_factory(name: str) -> Callable[..., Domain]:
 
 
 def get_domain(params: Mapping[str, Any]) -> Domain:
-    """Build the domain that `params["name"]` names, passing it the other keys."""
-    return domain_factory(params.get("name"))(**{k: v for k, v in params.items() if k != "name"})
+    """Build the domain that `params["name"]` names, passing it the other keys; with `reward` other
+    than `verifier`, scored by the reward model `reward_model` describes."""
+    rest = {k: v for k, v in params.items() if k not in ("name", "reward", "reward_model")}
+    domain = domain_factory(params.get("name"))(**rest)
+    if params.get("reward", "verifier") == "verifier":
+        return domain
+    from rlvr_factory.domains.learned_reward import with_learned_reward  # torch-free unless asked for
+
+    return with_learned_reward(domain, params["reward"], params.get("reward_model") or {})

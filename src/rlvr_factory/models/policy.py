@@ -79,8 +79,10 @@ def load_policy(
     device: str = "auto",
     dtype: str = "float32",
     with_optimizer: bool = False,
+    model_class: Any = AutoModelForCausalLM,
 ) -> Policy:
-    """Load a policy from a local HF model directory or a hub id.
+    """Load a policy from a local HF model directory or a hub id (`model_class` loads the weights:
+    a causal LM, or e.g. `AutoModelForSequenceClassification` for a reward model).
 
     Raises FileNotFoundError with a hint when a local-looking path does not exist.
     """
@@ -93,9 +95,7 @@ def load_policy(
     tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(
-        str(name_or_path), dtype=getattr(torch, dtype)
-    ).to(resolve_device(device))
+    model = model_class.from_pretrained(str(name_or_path), dtype=getattr(torch, dtype)).to(resolve_device(device))
     state = json.loads((path / STATE_FILE).read_text()) if (path / STATE_FILE).exists() else {}
     model = load_adapter(model, path)
     optimizer_state = None

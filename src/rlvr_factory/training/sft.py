@@ -36,12 +36,17 @@ class SFTConfig:
 
 
 def encode_chat_examples(
-    tokenizer, prompts: Sequence[str], completions: Sequence[str]
+    tokenizer, prompts: Sequence[str], completions: Sequence[str], split_special_tokens: bool = False
 ) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids with the generation prompt, completion ids ending in EOS) per example."""
+    """(prompt ids with the generation prompt, completion ids ending in EOS) per example.
+
+    With `split_special_tokens`, a special token spelled out in a completion (`<|im_end|>`) is
+    read as plain text, so text cannot end the turn early or open a new one.
+    """
     prompt_ids = encode_prompts(tokenizer, prompts)
     completion_ids = [
-        tokenizer(c, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        tokenizer(c, add_special_tokens=False, split_special_tokens=split_special_tokens)["input_ids"]
+        + [tokenizer.eos_token_id]
         for c in completions
     ]
     return list(zip(prompt_ids, completion_ids))

@@ -17,8 +17,9 @@ A pool is not thread-safe: use it from one thread at a time.
 from __future__ import annotations
 
 import logging
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rlvr_factory.scheduler import JobResult, Scheduler, create_scheduler
@@ -29,6 +30,7 @@ logger = logging.getLogger(__name__)
 Pair = tuple[str, str]  # (gold, completion): the cache key of one check
 # A verifier's full check is retried once when its worker dies; an overrun is a property of the input.
 DEFAULT_RETRY = {"max_attempts": 2, "retry_timeouts": False}
+_FAILURE_COUNTERS = {"timeout": "timeouts", "error": "errors", "infra_error": "infra_errors"}  # status -> stat
 
 
 class Verifier(Protocol):
@@ -55,6 +57,35 @@ class FullCheck:
         return score
 
 
+class BatchCheck:
+    """A batched verifier's full check as a scheduler job: [(completion, gold), ...] -> [Score, ...]."""
+
+    def __init__(self, verifier: Verifier) -> None:
+        self.verifier = verifier
+
+    def __call__(self, pairs: list[tuple[str, str]]) -> list[Score]:
+        scores = self.verifier.score_batch(pairs)
+        if len(scores) != len(pairs) or not all(isinstance(s, Score) for s in scores):
+            raise TypeError(f"score_batch must return one Score per pair ({len(pairs)}), got {scores!r:.200}")
+        return scores
+
+
+def batch_size_of(verifier: Verifier) -> int | None:
+    """How many checks a batched verifier (one with `score_batch` and `batch_size`) takes per job; None: one."""
+    return getattr(verifier, "batch_size", None) if callable(getattr(verifier, "score_batch", None)) else None
+
+
+@dataclass(eq=False)
+class _Job:
+    """The checks of one scheduler job (one, or a batch), its id once submitted, its verdicts once
+    finished, and how many window entries still wait for them."""
+
+    checks: list[tuple[str, str]] = field(default_factory=list)
+    id: int | None = None
+    scores: list[Score] | None = None
+    waiting: int = 0
+
+
 def _failure(status: str, message: str) -> Score:
     """The zero-reward verdict of a check that could not judge (`timeout`, `error`, `infra_error`), saying why."""
     return Score(reward=0.0, correct=False, status=status, message=message)
@@ -68,7 +99,9 @@ class VerifierPool:
     not run; each local worker's address space is capped at `memory_limit_mb` (None: no cap).
     `scheduler` holds the rest of the scheduler's settings (`backend`, `retry`, `ray`, ...; see
     `rlvr_factory.scheduler.create_scheduler`); by default local workers, one retry of a check
-    whose worker died, none of a timeout.
+    whose worker died, none of a timeout. A batched verifier (`score_batch`, `batch_size`: a
+    reward model's forward pass) gets up to `batch_size` checks per job, and `timeout` bounds the
+    job; a batch that fails gives each of its checks the failure's status.
     """
 
     def __init__(
@@ -92,7 +125,8 @@ class VerifierPool:
         self.timeout = timeout
         self.max_input_chars = max_input_chars
         self.memory_limit_mb = memory_limit_mb
-        self._check = FullCheck(verifier)
+        self._batch_size = batch_size_of(verifier)
+        self._check = FullCheck(verifier) if self._batch_size is None else BatchCheck(verifier)
         self.scheduler: Scheduler = create_scheduler(
             {**settings, "workers": workers, "timeout_seconds": timeout}, memory_limit_mb
         )
@@ -132,16 +166,17 @@ class VerifierPool:
 
     def score_stream(self, pairs: Iterable[tuple[str, str]]) -> Iterator[Score]:
         """A Score for each (completion, gold) pair, in input order, each handed out once it and every
-        pair before it are done; `pairs` is read lazily, at most the scheduler's `max_in_flight` checks ahead.
+        pair before it are done; `pairs` is read lazily, at most the scheduler's `max_in_flight` jobs ahead
+        (a job: one check, or a batched verifier's `batch_size` checks).
 
         A pair repeated while its first check is still running is checked once; a failing item gets a
         status, never raises. Closing the iterator early abandons the checks still running.
         """
         self._check_open()
-        window: deque[tuple[Pair, Score | int]] = deque()  # each pair's verdict, or the job that will give it
-        running: dict[Pair, int] = {}  # pair -> its job, while the job is in the window
-        references: Counter[int] = Counter()  # job -> window entries waiting for it
-        finished: dict[int, Score] = {}
+        window: deque[tuple[Pair, Score | tuple[_Job, int]]] = deque()  # each pair's verdict, or its job's slot
+        running: dict[Pair, tuple[_Job, int]] = {}  # pair -> its slot, while its job is in the window
+        live: set[_Job] = set()  # submitted jobs with window entries still waiting
+        job = _Job()  # the job collecting checks, submitted when full or when the window's head needs it
         try:
             for completion, gold in pairs:
                 if not isinstance(completion, str) or not isinstance(gold, str):
@@ -149,39 +184,53 @@ class VerifierPool:
                 key = (gold, completion)
                 if key in running:  # a repeat: checked once
                     self._stats["cached"] += 1
-                    entry: Score | int = running[key]
+                    entry: Score | tuple[_Job, int] = running[key]
                 else:
                     entry = self._screen(completion, gold)
                     if entry is None:
-                        entry = running[key] = self.scheduler.submit(self._check, (completion, gold))
+                        if job.id is not None:
+                            job = _Job()
+                        entry = running[key] = (job, len(job.checks))
+                        job.checks.append((completion, gold))
                         self._stats["dispatched"] += 1
+                        if len(job.checks) == (self._batch_size or 1):
+                            self._submit(job, live)
                 window.append((key, entry))
-                if isinstance(entry, int):
-                    references[entry] += 1
-                while window and (isinstance(window[0][1], Score) or len(running) >= self.scheduler.max_in_flight):
-                    yield self._next(window, running, references, finished)
+                if not isinstance(entry, Score):
+                    entry[0].waiting += 1
+                while window and (isinstance(window[0][1], Score) or len(live) >= self.scheduler.max_in_flight):
+                    yield self._next(window, running, live)
             while window:
-                yield self._next(window, running, references, finished)
+                yield self._next(window, running, live)
         finally:
-            if running:  # interrupted (an exception, or the consumer stopped): drop what is still running
-                self.scheduler.abandon(j for j in running.values() if j not in finished)
+            # interrupted (an exception, or the consumer stopped): drop what is still running
+            self.scheduler.abandon(j.id for j in live if j.scores is None)
 
-    def _next(self, window: deque, running: dict[Pair, int], references: Counter, finished: dict[int, Score]) -> Score:
+    def _submit(self, job: _Job, live: set[_Job]) -> None:
+        """Send a job's checks to the scheduler: one check, or a batched verifier's list of them."""
+        job.id = self.scheduler.submit(self._check, job.checks if self._batch_size else job.checks[0])
+        live.add(job)
+
+    def _next(self, window: deque, running: dict[Pair, tuple[_Job, int]], live: set[_Job]) -> Score:
         """The verdict at the head of the window, waiting for its job if it has one."""
         key, entry = window.popleft()
         if isinstance(entry, Score):
             return entry
-        if entry not in finished:
-            finished[entry] = score = self._verdict(self.scheduler.wait(entry))
-            if score.status != "infra_error":  # an infrastructure failure may pass on a later try
-                self._cache[key] = score
-        score = finished[entry]
-        references[entry] -= 1
-        if not references[entry]:
-            del references[entry], finished[entry]
-            if running.get(key) == entry:
-                del running[key]
-        return score
+        job, index = entry
+        if job.id is None:
+            self._submit(job, live)
+        if job.scores is None:
+            job.scores = self._verdicts(self.scheduler.wait(job.id), len(job.checks))
+            for (completion, gold), score in zip(job.checks, job.scores):
+                if score.status != "infra_error":  # an infrastructure failure may pass on a later try
+                    self._cache[(gold, completion)] = score
+        job.waiting -= 1
+        if not job.waiting:
+            live.discard(job)
+            for i, (completion, gold) in enumerate(job.checks):
+                if running.get((gold, completion)) == (job, i):
+                    del running[(gold, completion)]
+        return job.scores[index]
 
     def _check_open(self) -> None:
         """Refuse work once the pool is closed."""
@@ -207,14 +256,23 @@ class VerifierPool:
             self._stats["quick"] += 1
         return score
 
+    def _verdicts(self, result: JobResult, size: int) -> list[Score]:
+        """The Scores of a finished job of `size` checks: a batch's own (counting those it could not
+        judge), or the job's verdict for each check."""
+        if result.status == "ok" and self._batch_size is not None:
+            for score in result.value:
+                if score.status in _FAILURE_COUNTERS:
+                    self._stats[_FAILURE_COUNTERS[score.status]] += 1
+            return result.value
+        return [self._verdict(result) for _ in range(size)]
+
     def _verdict(self, result: JobResult) -> Score:
         """The Score of a finished check, counting its failure."""
         if result.status == "ok":
             return result.value
         if result.status == "error":
             logger.warning("the verifier raised %s; scored as an error", result.error)
-        key = {"timeout": "timeouts", "error": "errors", "infra_error": "infra_errors"}[result.status]
-        self._stats[key] += 1
+        self._stats[_FAILURE_COUNTERS[result.status]] += 1
         why = {"timeout": f"the check ran past its {self.timeout:g} s limit and was killed",
                "error": f"the verifier raised: {result.error}",
                "infra_error": f"the check's infrastructure failed on every attempt ({result.attempts}): {result.error}"}

@@ -6,13 +6,15 @@ import logging
 
 import pandas as pd
 
-from rlvr_factory.domains import Domain, get_domain, source_rows, tasks_to_frame
+from rlvr_factory.domains import Domain, get_domain, source_rows, tasks_from_frame, tasks_to_frame
 from rlvr_factory.domains.curation import (
-    UNLABELLED, curate, difficulty_from_pass_rate, members, quarantine_frame, validate,
+    EVAL_SPLITS, UNLABELLED, curate, difficulty_from_pass_rate, members, quarantine_frame, validate,
 )
 from rlvr_factory.evaluation import pass_rates
 from rlvr_factory.models.policy import load_policy
+from rlvr_factory.preferences import curate_pairs, pair_quarantine_frame, pairs_to_frame, raw_pair_rows
 from rlvr_factory.rollout.hf import SamplingConfig
+from rlvr_factory.training.pairs import token_budget
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +43,15 @@ def curate_tasks(domain: dict, curate_params: dict, verify: dict) -> tuple[pd.Da
         default_difficulty=difficulty["default"], seed=curate_params["seed"], measured=measured,
     )
     quarantine = quarantine_frame(result.quarantined)
+    return tasks_to_frame(result.tasks), quarantine, _report("curate", "row(s)", quarantine, result.counts)
+
+
+def _report(name: str, what: str, quarantine: pd.DataFrame, counts: dict) -> dict:
+    """Log what curation removed and why, and its counts as MLflow metrics."""
     for (stage, reason), n in quarantine.groupby(["stage", "reason"]).size().head(20).items():
-        log.warning("curate: %s removed %d row(s): %s", stage, n, reason)
-    log.info("curate: %s", result.counts)
-    metrics = {k: {"value": float(v), "step": 0} for k, v in result.counts.items()}
-    return tasks_to_frame(result.tasks), quarantine, metrics
+        log.warning("%s: %s removed %d %s: %s", name, stage, n, what, reason)
+    log.info("%s: %s", name, counts)
+    return {k: {"value": float(v), "step": 0} for k, v in counts.items()}
 
 
 def split_tasks(tasks: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -55,3 +61,24 @@ def split_tasks(tasks: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.Dat
         if frame.empty:
             raise ValueError(f"curate produced no {name} tasks; check the domain's splits or sources")
     return splits
+
+
+def curate_preferences(tasks: pd.DataFrame, base_model_ref: dict, domain: dict, preferences: dict
+                       ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """The `preference_pairs` table, its quarantine table (every removed pair with its step and
+    reason) and the counts as MLflow metrics (`preferences.*`).
+
+    Pairs come from `preferences.sources`, else the embedded generator over the curated tasks;
+    train pairs are decontaminated against the tasks' evaluation prompts; a pair longer than the
+    base model's context (or `preferences.max_length`) is quarantined.
+    """
+    all_tasks = tasks_from_frame(tasks)
+    rows = raw_pair_rows(preferences, get_domain(domain), all_tasks)
+    count, context = token_budget(base_model_ref["name_or_path"])
+    result = curate_pairs(
+        rows, [t.prompt for t in all_tasks if t.split in EVAL_SPLITS],
+        decontamination=preferences["decontamination"], validation_from_train=preferences["validation_from_train"],
+        seed=preferences["seed"], count_tokens=count, max_tokens=preferences.get("max_length") or context,
+    )
+    quarantine = pair_quarantine_frame(result.quarantined)
+    return pairs_to_frame(result.pairs), quarantine, _report("preferences", "pair(s)", quarantine, result.counts)

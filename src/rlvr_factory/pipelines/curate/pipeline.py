@@ -1,6 +1,6 @@
 from kedro.pipeline import Node, Pipeline
 
-from rlvr_factory.pipelines.curate.nodes import curate_tasks, split_tasks
+from rlvr_factory.pipelines.curate.nodes import curate_preferences, curate_tasks, split_tasks
 
 
 def create_pipeline() -> Pipeline:
@@ -9,5 +9,15 @@ def create_pipeline() -> Pipeline:
             Node(curate_tasks, ["params:domain", "params:curate", "params:verify"],
                  ["tasks", "curate_quarantine", "curate_metrics"], name="curate_tasks"),
             Node(split_tasks, "tasks", ["train_tasks", "validation_tasks", "test_tasks"], name="split_tasks"),
+        ]
+    )
+
+
+def create_preference_pipeline() -> Pipeline:
+    """Preference pairs, curated like tasks (after the base model, whose context bounds a pair's length)."""
+    return Pipeline(
+        [
+            Node(curate_preferences, ["tasks", "base_model_ref", "params:domain", "params:preferences"],
+                 ["preference_pairs", "preference_quarantine", "preference_metrics"], name="curate_preferences"),
         ]
     )

@@ -13,6 +13,7 @@ from rlvr_factory.domains import get_domain, tasks_from_frame
 from rlvr_factory.evaluation import greedy_accuracy
 from rlvr_factory.models.lora import LoraSettings, with_lora
 from rlvr_factory.models.policy import Policy
+from rlvr_factory.overoptimisation import component_stats
 from rlvr_factory.rl.curriculum import prompt_order, update_pass_rates
 from rlvr_factory.rollout.agent_loop import RolloutConfig, sample_episodes
 from rlvr_factory.rollout.dynamic import DynamicSampling, draw_groups
@@ -157,6 +158,7 @@ def update(
         round=round_index,
         lr=config.lr,
         **round_metrics(scored, episodes.max_turns),
+        **component_stats(scored),  # proxy vs gold when the reward is learned (overoptimisation.py)
         tracked_tasks=len(pass_rates),
         tracked_in_band_fraction=float(pass_rates["pass_rate"].between(*band).mean()) if len(pass_rates) else 0.0,
         val_greedy_accuracy=val_accuracy,

@@ -1,0 +1,77 @@
+"""Bradley-Terry reward models: learn the preference, rank held-out pairs, refuse NaN, load as HF classifiers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification
+
+from rlvr_factory.models.reward_model import load_reward_model, reward_model_from_policy, sequence_rewards
+from rlvr_factory.models.policy import save_policy
+from rlvr_factory.training.pairs import PairTrainConfig, pair_batch
+from rlvr_factory.training.reward_model import RewardModelConfig, pair_accuracy, train_reward_model
+from tests.conftest import make_tiny_policy
+from tests.training.pairs_fixtures import encoded
+
+CONFIG = RewardModelConfig(PairTrainConfig(steps=40, batch_size=8, lr=3e-3, warmup_steps=2, eval_every=20))
+
+
+def test_the_reward_model_keeps_the_policy_backbone_and_adds_a_scalar_head():
+    policy = make_tiny_policy()
+    rm = reward_model_from_policy(policy, seed=0)
+    assert isinstance(rm.model, AutoModelForSequenceClassification._model_mapping[type(rm.model.config)])
+    assert rm.model.config.num_labels == 1
+    assert torch.equal(rm.model.model.embed_tokens.weight, policy.model.model.embed_tokens.weight)
+    assert rm.model.model.embed_tokens.weight.data_ptr() != policy.model.model.embed_tokens.weight.data_ptr()
+
+
+def test_the_reward_is_read_at_each_rows_last_token_whatever_the_padding():
+    rm = reward_model_from_policy(make_tiny_policy())
+    pairs = encoded(rm.tokenizer, 3)
+    ids, attention, _ = pair_batch(pairs, rm.tokenizer.pad_token_id)
+    together = sequence_rewards(rm.model, ids, attention)
+    alone = [sequence_rewards(rm.model, ids[i : i + 1, : int(attention[i].sum())], attention[i : i + 1, : int(attention[i].sum())])
+             for i in range(len(ids))]
+    assert together.tolist() == pytest.approx([float(a.detach()) for a in alone], abs=1e-5)
+
+
+def test_training_learns_the_preference_and_ranks_held_out_pairs():
+    rm = reward_model_from_policy(make_tiny_policy())
+    train, held_out = encoded(rm.tokenizer, 64), encoded(rm.tokenizer, 32, seed=1, split="validation")
+    history = train_reward_model(rm, train, held_out, CONFIG)
+    assert history[-1]["val_accuracy"] >= 0.9
+    assert "val_accuracy" in history[19] and "val_accuracy" not in history[18]  # every eval_every steps
+    assert history[-1]["loss"] < history[0]["loss"]
+    assert {"val_accuracy/direct_wrong", "val_accuracy/x", "val_margin"} <= set(history[-1])
+
+
+def test_a_reward_model_that_produces_nan_stops_the_run_with_the_step_and_batch():
+    rm = reward_model_from_policy(make_tiny_policy())
+    with torch.no_grad():
+        rm.model.score.weight.fill_(float("nan"))
+    train = encoded(rm.tokenizer, 16)
+    with pytest.raises(FloatingPointError, match=r"chosen_reward is not finite at step 0 on the batch of pairs \['train-"):
+        train_reward_model(rm, train, train[:4], CONFIG)
+    with pytest.raises(FloatingPointError, match="held-out batch of pairs"):
+        pair_accuracy(rm, train[:4])
+
+
+def test_a_saved_reward_model_loads_as_an_hf_classifier_with_the_same_rewards(tmp_path):
+    rm = reward_model_from_policy(make_tiny_policy(), seed=3)
+    save_policy(rm, tmp_path / "rm")
+    loaded = load_reward_model(str(tmp_path / "rm"), device="cpu")
+    pairs = encoded(rm.tokenizer, 4)
+    assert pair_accuracy(loaded, pairs) == pair_accuracy(rm, pairs)
+    direct = AutoModelForSequenceClassification.from_pretrained(tmp_path / "rm")
+    ids, attention, _ = pair_batch(pairs, rm.tokenizer.pad_token_id)
+    assert torch.allclose(sequence_rewards(direct, ids, attention), sequence_rewards(rm.model, ids, attention))
+
+
+def test_a_classifier_with_several_labels_is_not_a_reward_model(tmp_path):
+    policy = make_tiny_policy()
+    policy.model.config.num_labels = 3
+    model = AutoModelForSequenceClassification.from_config(policy.model.config)
+    model.save_pretrained(tmp_path)
+    policy.tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="3 labels"):
+        load_reward_model(str(tmp_path), device="cpu")
