@@ -12,4 +12,4 @@ if [ ${#missing[@]} -gt 0 ] && command -v apt-get >/dev/null 2>&1; then
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
-python -m pip install --quiet --disable-pip-version-check -e ".[cpu,dev,data,notebook,ui,ray]"
+python -m pip install --quiet --disable-pip-version-check -e ".[cpu,dev,data,notebook,ui,ray,cad]"

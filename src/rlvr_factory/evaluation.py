@@ -1,5 +1,6 @@
 """Held-out evaluation: greedy accuracy, unbiased pass@k and majority-vote maj@k, overall, per
-domain and per difficulty."""
+domain and per difficulty (and, for domains that name them in `report_breakdown`, the greedy
+completions' mean breakdown entries, e.g. the CAD domain's build rate and volume IoU)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rlvr_factory.domains.base import Domain, Task, answer_key, member
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.rollout.hf import SamplingConfig, generate
 from rlvr_factory.verification import verify_batch
+from rlvr_factory.verifiers.score import Score
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -40,15 +42,15 @@ def majority_vote(keys: Sequence[str | None], correct: Sequence[bool]) -> bool:
 def sample_verdicts(
     policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, samples: int, sampling: SamplingConfig,
     desc: str,
-) -> list[list[tuple[str, bool]]]:
-    """For each task, each of its `samples` completions and whether it is correct."""
+) -> list[list[tuple[str, Score]]]:
+    """For each task, each of its `samples` completions and its verdict."""
     completions, _ = generate(policy, [t.prompt for t in tasks], samples, sampling, desc=desc)
     scores, _ = verify_batch(
         domain, [c.text for c in completions], [tasks[c.prompt_index].reference for c in completions], verify
     )
-    verdicts: list[list[tuple[str, bool]]] = [[] for _ in tasks]
+    verdicts: list[list[tuple[str, Score]]] = [[] for _ in tasks]
     for c, score in zip(completions, scores):
-        verdicts[c.prompt_index].append((c.text, score.correct))
+        verdicts[c.prompt_index].append((c.text, score))
     return verdicts
 
 
@@ -57,7 +59,7 @@ def correctness(
     desc: str,
 ) -> list[list[bool]]:
     """For each task, whether each of its `samples` completions is correct."""
-    return [[ok for _, ok in v] for v in sample_verdicts(policy, tasks, domain, verify, samples, sampling, desc)]
+    return [[s.correct for _, s in v] for v in sample_verdicts(policy, tasks, domain, verify, samples, sampling, desc)]
 
 
 def pass_rates(
@@ -97,17 +99,23 @@ def evaluate_policy(
     """
     if not tasks:
         raise ValueError("evaluate_policy got no tasks; is the held-out split empty?")
-    greedy = correctness(policy, tasks, domain, verify, 1, replace(sampling, temperature=0.0), desc="eval greedy")
-    sampled = sample_verdicts(policy, tasks, domain, verify, k, sampling, desc=f"eval pass@{k}")
+    greedy = [[s for _, s in v] for v in sample_verdicts(
+        policy, tasks, domain, verify, 1, replace(sampling, temperature=0.0), desc="eval greedy")]
+    sampled = [[(text, s.correct) for text, s in v] for v in sample_verdicts(
+        policy, tasks, domain, verify, k, sampling, desc=f"eval pass@{k}")]
     majority: dict[int, bool] = {}
     for i, (task, verdicts) in enumerate(zip(tasks, sampled)):
         keys = [answer_key(member(domain, task.domain), text) for text, _ in verdicts]
         if callable(getattr(member(domain, task.domain), "answer_key", None)):
             majority[i] = majority_vote(keys, [ok for _, ok in verdicts])
+    reported = [getattr(member(domain, task.domain), "report_breakdown", ()) for task in tasks]
     report = {}
     for name, idx in sorted(_groups(tasks).items()):
         suffix = "" if name == "overall" else f"/{name}"
-        report[f"greedy_accuracy{suffix}"] = sum(greedy[i][0] for i in idx) / len(idx)
+        report[f"greedy_accuracy{suffix}"] = sum(greedy[i][0].correct for i in idx) / len(idx)
+        for key in sorted({key for i in idx for key in reported[i]}):
+            values = [float(greedy[i][0].breakdown.get(key, 0.0)) for i in idx if key in reported[i]]
+            report[f"greedy_{key}{suffix}"] = sum(values) / len(values)
         for kk in (1, k):
             report[f"pass@{kk}{suffix}"] = sum(pass_at_k(k, sum(ok for _, ok in sampled[i]), kk) for i in idx) / len(idx)
         voted = [majority[i] for i in idx if i in majority]
