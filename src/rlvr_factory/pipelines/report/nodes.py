@@ -10,6 +10,8 @@ from matplotlib.figure import Figure
 from mlflow import MlflowClient
 
 from rlvr_factory import tracking
+from rlvr_factory.domains import get_domain, tasks_from_frame
+from rlvr_factory.domains.cad import part_view_figures
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.pipelines.evaluate.nodes import build_report
 
@@ -68,3 +70,10 @@ def register_policy(rl_policy: Policy, eval_report: dict, report: dict) -> None:
     metrics = {f"eval.rl.{k.replace('@', '_at_')}": float(v) for k, v in eval_report["rl"].items()}
     name = report["registered_model_name"] if report["register_model"] else None
     tracking.log_policy_model(rl_policy.model, rl_policy.tokenizer, name, metrics)
+
+
+def render_part_views(rollout_sample: list[dict], train_tasks: pd.DataFrame, domain: dict, report: dict) -> dict[str, Figure]:
+    """What the model built, for CAD runs: target and built part of the first and last round's sampled
+    rollouts in three orthographic views (`report.part_views.per_round` PNGs per round; none for other domains)."""
+    tasks = {t.task_id: t for t in tasks_from_frame(train_tasks)}
+    return part_view_figures(get_domain(domain), rollout_sample, tasks, report["part_views"]["per_round"])

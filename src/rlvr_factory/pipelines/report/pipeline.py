@@ -6,6 +6,7 @@ from rlvr_factory.pipelines.report.nodes import (
     plot_round_curves,
     record_run,
     register_policy,
+    render_part_views,
     round_curves,
     sample_rollouts,
 )
@@ -19,6 +20,8 @@ def create_pipeline(rounds: int) -> Pipeline:
             Node(round_curves, "round_history", "round_curves", name="round_curves"),
             Node(plot_round_curves, "round_curves", "round_curve_plot", name="plot_round_curves"),
             Node(sample_rollouts, ["params:report", *scored], "rollout_sample", name="sample_rollouts"),
+            Node(render_part_views, ["rollout_sample", "train_tasks", "params:domain", "params:report"], "part_views",
+                 name="render_part_views"),
             Node(record_run, ["eval_report", "round_history"], None, name="record_run"),
             Node(register_policy, ["rl_policy", "eval_report", "params:report"], None, name="register_policy"),
         ]
