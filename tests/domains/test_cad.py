@@ -74,7 +74,7 @@ def test_each_family_fully_determines_its_part_from_its_words():
 def test_asking_for_more_parts_than_a_level_has_is_refused(monkeypatch):
     only_one = draw_part(random.Random(0), 1)
     monkeypatch.setattr("rlvr_factory.domains.cad.draw_part", lambda rng, level: only_one)  # a level of one part
-    with pytest.raises(ValueError, match="level 1 ran out of distinct parts after 1000 draws; lower domain.splits"):
+    with pytest.raises(ValueError, match="level 1 ran out of distinct tasks after 1000 draws; lower domain.splits"):
         CadDomain(splits={"train": 2}, levels=[1]).generate_tasks()
 
 
@@ -82,6 +82,8 @@ def test_asking_for_more_parts_than_a_level_has_is_refused(monkeypatch):
     ({"levels": [5]}, "levels must be a non-empty subset"),
     ({"levels": []}, "levels must be a non-empty subset"),
     ({"max_turns": 0}, "max_turns must be at least 1"),
+    ({"corpus": "web"}, "corpus must be one of"),
+    ({"fn_fraction": 1.5}, "fn_fraction must lie in"),
     ({"form": "cadquery", "verifier": {"forms": ["csg"]}}, "must be one of the verifier's forms"),
 ])
 def test_bad_settings_are_refused(settings, message):
@@ -89,13 +91,34 @@ def test_bad_settings_are_refused(settings, message):
         CadDomain(**settings)
 
 
-def test_the_pretraining_corpus_is_described_programs_without_held_out_prompts(domain, tasks):
+def test_the_pretraining_corpus_is_programs_of_parts_not_held_out(tasks):
     held_out = {t.prompt for t in tasks if t.split != "train"}
+    domain = CadDomain(splits=SPLITS, levels=[1, 2, 3, 4])
     corpus = domain.pretraining_corpus(300, seed=0, exclude=held_out)
-    assert len(corpus) == 300 and not any(doc.split("\n")[0] in held_out for doc in corpus)
-    description, program = corpus[0].split("\n")
-    assert parse(program) is not None and description.endswith(".")
+    assert len(corpus) == 300 and all(parse(doc) is not None for doc in corpus)
+    assert not {doc for doc in corpus} & {t.reference["program"] for t in tasks if t.split != "train"}
     assert corpus == domain.pretraining_corpus(300, seed=0, exclude=held_out)
+
+
+def test_a_described_corpus_comments_each_program_with_its_description(tasks):
+    held_out = {t.prompt for t in tasks if t.split != "train"}
+    corpus = CadDomain(corpus="described").pretraining_corpus(100, seed=0, exclude=held_out)
+    assert all(doc.startswith("// A") and parse(doc) is not None for doc in corpus)  # valid CSG: a comment, a program
+    assert not {doc.split("\n")[0][3:] for doc in corpus} & held_out
+
+
+def test_a_share_of_demonstrations_pins_the_resolution_as_scraped_openscad_does(tasks):
+    pinned = CadDomain(splits=SPLITS, levels=[1, 2, 3, 4], fn_fraction=0.5)
+    demonstrations = [pinned.demonstration(t) for t in tasks]
+    curved = [d for d, t in zip(demonstrations, tasks) if "cylinder" in t.reference["program"]
+              or "sphere" in t.reference["program"]]
+    with_fn = [d for d in curved if "$fn=" in d]
+    assert 0.3 < len(with_fn) / len(curved) < 0.7
+    assert demonstrations == [pinned.demonstration(t) for t in tasks]  # seeded by the task
+    for program in with_fn:
+        verdict = pinned.verifier.quick_score(program, pinned.gold(tasks[0].reference))
+        assert verdict.breakdown["cad_status"] == "parse_error" and "$fn is not accepted" in verdict.breakdown["reason"]
+    assert all(parse(d) is not None for d in demonstrations if "$fn=" not in d)
 
 
 def test_instructions_prefix_the_form_summary():

@@ -164,9 +164,11 @@ def _check_winding(solid: Manifold, rays: int) -> None:
 
 
 def agreement(solid: Manifold, target: Manifold) -> Agreement:
-    """Volume IoU (exact boolean intersection and union) and bounding-box IoU of a checked solid with the target."""
-    union = (solid + target).volume()
-    iou = (solid ^ target).volume() / union if union > 0 else 0.0
+    """Volume IoU (exact boolean intersection; the union's volume is vol(A) + vol(B) - vol(A and B)) and
+    bounding-box IoU of a checked solid with the target."""
+    inter = (solid ^ target).volume()
+    union = solid.volume() + target.volume() - inter
+    iou = inter / union if union > 0 else 0.0
     return Agreement(iou=float(min(max(iou, 0.0), 1.0)), bbox_iou=_box_iou(bounding_box(solid), bounding_box(target)))
 
 

@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import textwrap
 from typing import Any, Mapping, Sequence
 
 from matplotlib.figure import Figure
 
-from rlvr_factory.cad.csg import parse, to_source
+from rlvr_factory.cad.csg import Node, parse, to_source
 from rlvr_factory.cad.scripts import to_cadquery
 from rlvr_factory.cad.solid import Measures
 from rlvr_factory.cad.views import differing_views, figure
-from rlvr_factory.domains.base import Domain, Step, Task, member
+from rlvr_factory.domains.base import Domain, Step, Task, draw_split_tasks, member
 from rlvr_factory.domains.cad_tasks import LEVELS, Part, draw_part
 from rlvr_factory.verifiers.cad import Assessment, CadVerifier
 from rlvr_factory.verifiers.score import Score
@@ -37,6 +38,9 @@ INSTRUCTIONS = {
     "cadquery": ("Write a CadQuery script (import cadquery as cq) that builds the part, sizes in mm, and assigns it "
                  "to `result`. Answer with the script in a ```python block."),
 }
+CORPORA = ("programs", "described")
+_CURVED_CALL = re.compile(r"((?:cylinder|sphere)\([^)]*)\)")
+_FN_VALUES = (32, 48, 64, 100)  # the resolutions OpenSCAD code commonly pins
 ASK_FOR_CORRECTION = "Correct the program and answer with the whole corrected program."
 
 
@@ -53,6 +57,8 @@ class CadDomain:
         seed: int = 0,
         form: str = "csg",
         instructions: bool = False,
+        corpus: str = "programs",
+        fn_fraction: float = 0.0,
         max_turns: int = 3,
         verifier: Mapping[str, Any] | None = None,
     ) -> None:
@@ -63,6 +69,14 @@ class CadDomain:
         self.seed = seed  # task generation seed
         self.form = form  # what the prompts ask for and demonstrations show: csg | cadquery
         self.instructions = instructions  # prefix every prompt with a summary of the program form (for real models)
+        if corpus not in CORPORA:
+            raise ValueError(f"corpus must be one of {CORPORA}, got {corpus!r}")
+        self.corpus = corpus  # what the embedded base model reads: programs alone | each after its part's description
+        if not 0.0 <= fn_fraction <= 1.0 or (fn_fraction and form != "csg"):
+            raise ValueError(f"fn_fraction must lie in [0, 1] (and be 0 unless form is csg), got {fn_fraction}")
+        # share of corpus and demonstration programs written as much OpenSCAD code is, with the resolution pinned
+        # on curved primitives ($fn=...), which the language refuses: data of mixed quality, as scraped code is
+        self.fn_fraction = fn_fraction
         if max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {max_turns}")
         self.max_turns = max_turns  # attempts per episode in the multi-turn environment
@@ -76,55 +90,48 @@ class CadDomain:
         """The task's prompt: the part's description, with the form's instructions when `instructions`."""
         return f"{part.description}\n{INSTRUCTIONS[self.form]}" if self.instructions else part.description
 
-    def _task(self, part: Part, task_id: str, split: str) -> Task:
-        return Task(task_id=task_id, domain=self.name, prompt=self.prompt(part),
-                    reference={"program": to_source(part.tree), "family": part.family}, difficulty=part.level,
-                    split=split, source=f"generated:seed={self.seed}")
+    def _draw(self, rng: random.Random, level: int) -> tuple[str, dict[str, Any]]:
+        part = draw_part(rng, level)
+        return self.prompt(part), {"program": to_source(part.tree), "family": part.family}
 
     def generate_tasks(self) -> list[Task]:
         """Each split's parts, levels in equal shares; no prompt appears twice (held-out parts are new parts)."""
-        rng = random.Random(self.seed)
-        seen: set[str] = set()
-        tasks = []
-        for split, count in self.splits.items():
-            for i in range(count):
-                level = self.levels[i % len(self.levels)]
-                part = self._fresh(rng, level, seen)
-                seen.add(part.description)
-                tasks.append(self._task(part, f"cad-{split}-{i:05d}", split))
-        return tasks
-
-    @staticmethod
-    def _fresh(rng: random.Random, level: int, seen: set[str], attempts: int = 1000) -> Part:
-        for _ in range(attempts):
-            part = draw_part(rng, level)
-            if part.description not in seen:
-                return part
-        raise ValueError(f"level {level} ran out of distinct parts after {attempts} draws; lower domain.splits")
+        return draw_split_tasks(self.name, self.splits, self.levels, self.seed, self._draw)
 
     @staticmethod
     def gold(reference: dict[str, Any]) -> str:
         """The target the verifier builds: the reference's CSG program, as JSON."""
         return json.dumps({"program": reference["program"]})
 
-    def demonstration(self, task: Task, worked: bool = True) -> str:
-        """The reference program in the domain's form (a program has no separate worked form: both are the program)."""
+    def program(self, tree: Node, rng: random.Random) -> str:
+        """A part's program in the domain's form: CSG source (with `$fn=` pinned on its curved primitives for a
+        seeded `fn_fraction` of programs), or a CadQuery script in a fenced block."""
         if self.form == "cadquery":
-            return f"```python\n{to_cadquery(parse(task.reference['program']))}```"
-        return task.reference["program"]
+            return f"```python\n{to_cadquery(tree)}```"
+        source = to_source(tree)
+        if rng.random() < self.fn_fraction:
+            source = _CURVED_CALL.sub(lambda m: f"{m.group(1)},$fn={rng.choice(_FN_VALUES)})", source)
+        return source
+
+    def demonstration(self, task: Task, worked: bool = True) -> str:
+        """The reference program in the domain's form, drawn for `fn_fraction` from the scraped-code dialect (seeded
+        by the task); a program has no separate worked form, so `worked` changes nothing."""
+        return self.program(parse(task.reference["program"]), random.Random(f"{self.seed}:{task.task_id}"))
 
     def score(self, completion: str, reference: dict[str, Any]) -> Score:
         """Verify one completion in this process (the pipeline verifies through a worker pool)."""
         return self.verifier.score(completion, self.gold(reference))
 
     def pretraining_corpus(self, size: int, seed: int, exclude: set[str]) -> list[str]:
-        """Described parts followed by their program (plain text), none whose prompt is in `exclude`."""
+        """Programs of freshly drawn parts (`corpus: programs`, like code a model reads on the web), or each after
+        a comment describing its part (`corpus: described`, documented code); no part whose prompt is in `exclude`."""
         rng = random.Random(seed)
         documents: list[str] = []
         while len(documents) < size:
             part = draw_part(rng, self.levels[len(documents) % len(self.levels)])
             if self.prompt(part) not in exclude:
-                documents.append(f"{part.description}\n{to_source(part.tree)}")
+                program = self.program(part.tree, rng)
+                documents.append(program if self.corpus == "programs" else f"// {part.description}\n{program}")
         return documents
 
     def environment(self) -> CadEnvironment:
@@ -198,8 +205,9 @@ def part_view_figures(domain: Domain, rollouts: Sequence[Mapping[str, Any]], tas
             owner = member(domain, task.domain)
             assessment = owner.verifier.assess(row["completion"], owner.gold(task.reference))
             breakdown = assessment.score.breakdown
+            program = row["completion"].strip().replace("\n", " ")
             title = (f"round {round_index} - {task.task_id} - {breakdown['cad_status']}, IoU {breakdown['iou']:.3f}\n"
-                     + textwrap.fill(task.prompt, 110))
+                     + textwrap.fill(task.prompt, 110) + "\n" + textwrap.shorten(f"wrote: {program}", 220))
             figures[f"round_{round_index:03d}_{task.task_id}_{k}.png"] = figure(assessment.target, assessment.solid,
                                                                                 title)
     return figures
