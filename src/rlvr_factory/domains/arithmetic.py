@@ -56,6 +56,7 @@ class ArithmeticDomain:
     """Seeded arithmetic tasks, split into train / validation / test without overlap."""
 
     name = "arithmetic"
+    verifier_class = MathVerifier  # the reward, built from the block's `verifier` options
 
     def __init__(
         self,
@@ -67,7 +68,7 @@ class ArithmeticDomain:
         self.levels = {int(k): Level(**v) for k, v in levels.items()}
         self.splits = dict(splits)
         self.seed = seed
-        self.verifier = MathVerifier(**(verifier or {}))
+        self.verifier = self.verifier_class(**(verifier or {}))
 
     def _draw(self, rng: random.Random, level: Level) -> tuple[list[int], list[str]]:
         numbers = [rng.randint(0, 10**level.digits - 1) for _ in range(level.operands)]

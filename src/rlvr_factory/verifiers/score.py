@@ -15,13 +15,15 @@ class Score:
     (`timeout`, `error`) and from an infrastructure failure (`infra_error`), which is
     never scored as a wrong answer: the RL update leaves it out of the loss. The breakdown
     holds numbers, and may name why a verdict is what it is (e.g. the CAD verifier's
-    `cad_status` and `reason` strings).
+    `cad_status` and `reason` strings). `message` says why a check did not end `ok` (empty
+    when it did, or when there is nothing to add).
     """
 
     reward: float
     correct: bool
     status: str = "ok"
     breakdown: dict[str, float | str] = field(default_factory=dict)
+    message: str = ""
 
     def __post_init__(self) -> None:
         if self.status not in SCORE_STATUSES:

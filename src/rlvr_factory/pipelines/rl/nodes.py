@@ -38,12 +38,6 @@ def round_lr(rl: dict, round_index: int) -> float:
     return rl["update"]["lr"] * lr_factor(rl["lr_schedule"], round_index, 0, rl["rounds"] - 1)
 
 
-def reference_model(sft_policy: Policy) -> Policy:
-    """The frozen reference for the KL term: the SFT policy, loaded once for all rounds."""
-    sft_policy.model.requires_grad_(False)
-    return sft_policy
-
-
 def initial_policy(sft_policy: Policy, model: dict) -> Policy:
     """The policy round 0 trains: the SFT policy, with LoRA adapters when `model.lora.enabled`."""
     lora = LoraSettings(**model.get("lora", {}))
