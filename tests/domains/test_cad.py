@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -206,3 +210,22 @@ def test_the_cadquery_form_asks_for_scripts_and_its_demonstrations_build_in_the_
             assert domain.score(demonstration, task.reference).correct
     finally:
         domain.verifier.close()
+
+
+def test_rlvr_verify_scores_cad_rows_and_names_a_bad_reference(tmp_path, tasks):
+    task = tasks[0]
+    rows = [{"id": "right", "completion": task.reference["program"], "reference": task.reference},
+            {"id": "covering", "completion": "cube([1000,1000,1000],center=true);", "reference": task.reference},
+            {"id": "unparsed", "completion": "cube([1,2", "reference": task.reference},
+            {"id": "no_program", "completion": "cube([1,2,3]);", "reference": {"answer": "7"}}]
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rlvr = Path(sys.executable).with_name("rlvr")
+    result = subprocess.run([str(rlvr), "verify", "--domain", "cad", "--input", str(src), "--output", str(dst),
+                             "--workers", "1"], capture_output=True, text=True, timeout=300)
+    out = {r["id"]: r for r in map(json.loads, dst.read_text().splitlines())}
+    assert result.returncode == 1  # the row without a program is an error row
+    assert out["right"]["correct"] and out["right"]["breakdown"]["cad_status"] == "built"
+    assert not out["covering"]["correct"] and out["covering"]["reward"] < 0.01
+    assert out["unparsed"]["breakdown"]["cad_status"] == "parse_error" and "column" in out["unparsed"]["breakdown"]["reason"]
+    assert out["no_program"]["status"] == "error" and "program" in out["no_program"]["message"]

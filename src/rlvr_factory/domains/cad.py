@@ -49,6 +49,7 @@ class CadDomain:
 
     name = "cad"
     report_breakdown = ("builds", "iou")  # breakdown entries evaluation averages over greedy completions
+    verifier_class = CadVerifier  # the reward, built from the block's `verifier` options (`rlvr verify` too)
 
     def __init__(
         self,
@@ -82,7 +83,7 @@ class CadDomain:
         self.max_turns = max_turns  # attempts per episode in the multi-turn environment
         settings = dict(verifier or {})
         settings.setdefault("forms", [form])
-        self.verifier = CadVerifier(**settings)
+        self.verifier = self.verifier_class(**settings)
         if form not in self.verifier.forms:
             raise ValueError(f"form {form!r} must be one of the verifier's forms {list(self.verifier.forms)}")
 
