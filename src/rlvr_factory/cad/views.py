@@ -117,4 +117,6 @@ def figure(target: Manifold, built: Manifold | None, title: str, size: int = 160
             pixel = max(frame.box[ux + 3] - frame.box[ux], frame.box[uy + 3] - frame.box[uy]) / size
             ax.imshow(shaded(depth_image(solid, view, frame, size), low, high, pixel), interpolation="nearest")
     fig.suptitle(title, fontsize=9)
+    lines = title.count("\n") + 1
+    fig.subplots_adjust(top=1.0 - 0.045 * lines - 0.03)  # the title's lines above the first row's view titles
     return fig
