@@ -79,15 +79,15 @@ def main() -> None:
                  if isinstance(a, Cube) else agreement(build(b, 1024), build(a, 1024)).iou for a, b in pairs]
     peer = rows[1][2] if len(rows) > 1 else None
     print(f"{args.parts} parts (levels 1-4), each against itself shifted 1 mm")
-    print(f"{'IoU by':46} {'parts/s':>8} {'vs OCCT':>8} {'off by > 0.01':>14}")
+    print(f"{'IoU by':50} {'parts/s':>8} {'vs OCCT':>8} {'off by > 0.01':>14}")
     for label, seconds, values in rows:
         values = values or ours
         off = sum(not abs(v - r) <= 0.01 for v, r in zip(values, reference))  # NaN counts as off
         ratio = f"{rows[1][1] / seconds:7.1f}x" if peer is not None else "      -"
-        print(f"{label:46} {args.parts / seconds:8.1f} {ratio:>8} {off:14d}")
+        print(f"{label:50} {args.parts / seconds:8.1f} {ratio:>8} {off:14d}")
     ratio = f"{rows[1][1] / pool_s:7.1f}x" if peer is not None else "      -"
     label = f"CSG reward, VerifierPool ({args.workers} workers, 48 segments)"
-    print(f"{label:46} {args.parts / pool_s:8.1f} {ratio:>8}")
+    print(f"{label:50} {args.parts / pool_s:8.1f} {ratio:>8}")
 
 
 if __name__ == "__main__":
