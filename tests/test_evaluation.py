@@ -8,8 +8,10 @@ from rlvr_factory.domains import Task
 from rlvr_factory.domains.arithmetic import ArithmeticDomain
 from rlvr_factory.domains import DomainMix
 from rlvr_factory.evaluation import evaluate_policy, greedy_accuracy, majority_vote, pass_at_k
+from rlvr_factory.domains.cad import CadDomain
 from rlvr_factory.rollout.hf import SamplingConfig
-from tests.conftest import make_scripted_policy
+from rlvr_factory.training.sft import SFTConfig, encode_chat_examples, supervised_train
+from tests.conftest import make_scripted_policy, make_tiny_policy
 
 VERIFY = {"workers": 1, "timeout_seconds": 5.0, "max_input_chars": 100_000}
 
@@ -145,3 +147,19 @@ def test_multi_turn_policies_are_evaluated_over_whole_episodes_per_number_of_tur
                              rollout=RolloutConfig(max_turns=1))
     assert single["greedy_accuracy"] == 0.0  # one turn: the call is all it says, never judged
     assert "turns_per_episode" not in single
+
+
+def test_a_domain_that_names_breakdown_entries_gets_their_greedy_means():
+    """The CAD domain names `builds` and `iou`: a policy that always writes the same box builds every part,
+    matching one target exactly and missing the other."""
+    domain = CadDomain(splits={"test": 2})
+    box = "cube([4,3,2]);"
+    tasks = [Task("cad-0", "cad", "A block 4 x 3 x 2 mm from the origin.", {"program": box}, 1, "test", "t"),
+             Task("cad-1", "cad", "A far ball.", {"program": "translate([100,0,0])sphere(r=9);"}, 2, "test", "t")]
+    policy = make_tiny_policy()
+    examples = encode_chat_examples(policy.tokenizer, [t.prompt for t in tasks], [box, box])
+    supervised_train(policy, examples, SFTConfig(steps=80, batch_size=2, lr=1e-2, warmup_steps=5))
+    report = evaluate_policy(policy, tasks, domain, VERIFY, SamplingConfig(max_new_tokens=20), k=2)
+    assert report["greedy_builds"] == 1.0 and report["greedy_iou"] == pytest.approx(0.5)
+    assert report["greedy_accuracy"] == 0.5 and report["greedy_iou/difficulty_2"] == 0.0
+    assert "maj@2" not in report  # CAD programs have no comparable final answer

@@ -1,10 +1,12 @@
 """Held-out evaluation over whole episodes: greedy accuracy, unbiased pass@k and majority-vote
-maj@k, overall, per domain, per difficulty and, for multi-turn runs, per number of turns used."""
+maj@k, overall, per domain, per difficulty and, for multi-turn runs, per number of turns used (and,
+for domains that name them in `report_breakdown`, the greedy episodes' mean breakdown entries,
+e.g. the CAD domain's build rate and volume IoU)."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from math import comb
 from typing import Sequence
 
@@ -47,6 +49,7 @@ class Verdict:
     correct: bool
     turns: int
     tool_calls: float
+    breakdown: dict = field(default_factory=dict)  # the verdict's reward breakdown
 
 
 def sample_verdicts(
@@ -59,7 +62,9 @@ def sample_verdicts(
                       [tasks[e.task_index].reference for e in episodes], verify)
     verdicts: list[list[Verdict]] = [[] for _ in tasks]
     for e, score in zip(episodes, scores):
-        verdicts[e.task_index].append(Verdict(_answer(e), score.correct, len(e.turns), e.info.get("tool_calls", 0.0)))
+        verdicts[e.task_index].append(
+            Verdict(_answer(e), score.correct, len(e.turns), e.info.get("tool_calls", 0.0), dict(score.breakdown))
+        )
     return verdicts
 
 
@@ -129,10 +134,14 @@ def evaluate_policy(
         if callable(getattr(member(domain, task.domain), "answer_key", None)):
             majority[i] = majority_vote(keys, [v.correct for v in verdicts])
     multi_turn = rollout.max_turns > 1
+    reported = [getattr(member(domain, task.domain), "report_breakdown", ()) for task in tasks]
     report = {}
     for name, idx in sorted(_groups(tasks, [v.turns for v in greedy] if multi_turn else None).items()):
         suffix = "" if name == "overall" else f"/{name}"
         report[f"greedy_accuracy{suffix}"] = sum(greedy[i].correct for i in idx) / len(idx)
+        for key in sorted({key for i in idx for key in reported[i]}):
+            values = [float(greedy[i].breakdown.get(key, 0.0)) for i in idx if key in reported[i]]
+            report[f"greedy_{key}{suffix}"] = sum(values) / len(values)
         for kk in (1, k):
             report[f"pass@{kk}{suffix}"] = sum(pass_at_k(k, sum(v.correct for v in sampled[i]), kk) for i in idx) / len(idx)
         voted = [majority[i] for i in idx if i in majority]

@@ -29,6 +29,15 @@ class EchoEnvironment:
                     reward=1.0, info={"echoes": 1.0})
 
 
+class GradesEachAttempt(EchoEnvironment):
+    """Like CAD's environment: every attempt is graded (reward 0.1 per turn so far), feedback follows until `turns`."""
+
+    def step(self, action):
+        self.seen += 1
+        done = self.seen >= self.turns
+        return Step("" if done else "<result>try again</result>", Score(0.1 * self.seen, False), done)
+
+
 class FailsOnPrompt(EchoEnvironment):
     """Raises in `step` for the task whose prompt contains 'boom'; sleeps forever for 'hang'."""
 

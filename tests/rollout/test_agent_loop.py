@@ -12,7 +12,7 @@ from rlvr_factory.rollout.chat import ChatFormat, Message, TemplateError
 from rlvr_factory.rollout.engine import SamplingConfig
 from rlvr_factory.rollout.hf import TransformersEngine, generate
 from rlvr_factory.rollout.steps import ExecutorConfig
-from tests.rollout.envs import EchoEnvironment, FailsOnPrompt, FlakyStart
+from tests.rollout.envs import EchoEnvironment, FailsOnPrompt, FlakyStart, GradesEachAttempt
 from tests.rollout.policies import PROMPTS, calculator_user, tool_spammer
 from tests.rollout.templates import STRIPS_THINKING, tokenizer_with
 
@@ -113,6 +113,13 @@ def test_the_turn_budget_ends_an_episode_unjudged():
     for e in episodes:
         assert e.finish_reason == "max_turns" and e.out_of_budget and len(e.turns) == 2
         assert e.score.reward == 0.0 and e.score.breakdown == {"unfinished": 1.0} and e.answer is None
+
+
+def test_out_of_turns_an_episode_keeps_the_environments_verdict_on_its_last_attempt():
+    episodes, _ = run(calculator_user(), lambda task: GradesEachAttempt(turns=5), config=RolloutConfig(max_turns=2))
+    for e in episodes:
+        assert e.finish_reason == "max_turns" and e.out_of_budget and len(e.turns) == 2
+        assert e.score.reward == pytest.approx(0.2)  # the second attempt's grade, not "unfinished"
 
 
 def test_the_context_budget_ends_an_episode_before_a_turn_that_would_not_fit():

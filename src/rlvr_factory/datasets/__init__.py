@@ -1,6 +1,7 @@
 """Kedro datasets for the objects the pipeline passes between stages."""
 
+from rlvr_factory.datasets.figure_folder import FigureFolderDataset
 from rlvr_factory.datasets.policy_dataset import PolicyDataset
 from rlvr_factory.datasets.reward_model_dataset import RewardModelDataset
 
-__all__ = ["PolicyDataset", "RewardModelDataset"]
+__all__ = ["FigureFolderDataset", "PolicyDataset", "RewardModelDataset"]

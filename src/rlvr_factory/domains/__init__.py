@@ -7,6 +7,7 @@ from rlvr_factory.domains.base import (
     Domain, Environment, SingleTurnEnvironment, Step, Task, answer_key, environment_for, member, source_rows,
     tasks_from_frame, tasks_to_frame,
 )
+from rlvr_factory.domains.cad import CadDomain
 from rlvr_factory.domains.code import CodeDomain
 from rlvr_factory.domains.extraction import ExtractionDomain
 from rlvr_factory.domains.gsm8k import GSM8KDomain
@@ -17,7 +18,7 @@ from rlvr_factory.domains.registry import (
 )
 from rlvr_factory.verifiers.score import Score
 
-for _factory in (ArithmeticDomain, CodeDomain, GSM8KDomain, MathDomain, ExtractionDomain, DomainMix):
+for _factory in (ArithmeticDomain, CodeDomain, GSM8KDomain, MathDomain, ExtractionDomain, DomainMix, CadDomain):
     register_domain(_factory.name, _factory)
 
 __all__ = [

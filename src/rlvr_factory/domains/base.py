@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import inspect
+import random
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import pandas as pd
 
@@ -160,6 +161,30 @@ def answer_key(domain: Domain, completion: str) -> str | None:
     or None when the domain's answers are not comparable or none was stated."""
     key = getattr(domain, "answer_key", None)
     return key(completion) if callable(key) else None
+
+
+def draw_split_tasks(
+    domain: str, splits: Mapping[str, int], levels: Sequence[int], seed: int,
+    draw: Callable[[random.Random, int], tuple[str, dict[str, Any]]], attempts: int = 1000,
+) -> list[Task]:
+    """Each split's generated tasks from one generator seeded with `seed`: levels in equal shares (in turn),
+    `draw(rng, level) -> (prompt, reference)` redrawn until its prompt is new, so no prompt appears twice."""
+    rng = random.Random(seed)
+    seen: set[str] = set()
+    tasks = []
+    for split, count in splits.items():
+        for i in range(count):
+            level = levels[i % len(levels)]
+            for _ in range(attempts):
+                prompt, reference = draw(rng, level)
+                if prompt not in seen:
+                    break
+            else:
+                raise ValueError(f"level {level} ran out of distinct tasks after {attempts} draws; lower domain.splits")
+            seen.add(prompt)
+            tasks.append(Task(f"{domain}-{split}-{i:05d}", domain, prompt, reference, level, split,
+                              f"generated:seed={seed}"))
+    return tasks
 
 
 def tasks_to_frame(tasks: list[Task]) -> pd.DataFrame:

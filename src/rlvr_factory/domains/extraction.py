@@ -22,7 +22,7 @@ from datetime import date, timedelta
 from decimal import Decimal
 from typing import Any, Callable, Mapping
 
-from rlvr_factory.domains.base import Task
+from rlvr_factory.domains.base import Task, draw_split_tasks
 from rlvr_factory.verifiers.fields import (
     CENT, FieldsVerifier, find_json_object, make_gold, normalise_currency, normalise_date, normalise_text, parse_amount,
     parse_rate,
@@ -197,19 +197,7 @@ class ExtractionDomain:
 
     def generate_tasks(self) -> list[Task]:
         """Each split's tasks, levels in equal shares; no prompt appears twice."""
-        rng = random.Random(self.seed)
-        seen: set[str] = set()
-        tasks = []
-        for split, count in self.splits.items():
-            for i in range(count):
-                level = self.levels[i % len(self.levels)]
-                prompt, reference = self._task(rng, level)
-                while prompt in seen:
-                    prompt, reference = self._task(rng, level)
-                seen.add(prompt)
-                tasks.append(Task(f"extraction-{split}-{i:05d}", self.name, prompt, reference, level, split,
-                                  f"generated:seed={self.seed}"))
-        return tasks
+        return draw_split_tasks(self.name, self.splits, self.levels, self.seed, self._task)
 
     @staticmethod
     def gold(reference: dict[str, Any]) -> str:

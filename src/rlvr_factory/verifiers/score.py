@@ -13,14 +13,16 @@ class Score:
 
     `status` separates a judged answer (`ok`) from a verifier that could not judge it
     (`timeout`, `error`) and from an infrastructure failure (`infra_error`), which is
-    never scored as a wrong answer: the RL update leaves it out of the loss. `message`
-    says why a check did not end `ok` (empty when it did, or when there is nothing to add).
+    never scored as a wrong answer: the RL update leaves it out of the loss. The breakdown
+    holds numbers, and may name why a verdict is what it is (e.g. the CAD verifier's
+    `cad_status` and `reason` strings). `message` says why a check did not end `ok` (empty
+    when it did, or when there is nothing to add).
     """
 
     reward: float
     correct: bool
     status: str = "ok"
-    breakdown: dict[str, float] = field(default_factory=dict)
+    breakdown: dict[str, float | str] = field(default_factory=dict)
     message: str = ""
 
     def __post_init__(self) -> None:

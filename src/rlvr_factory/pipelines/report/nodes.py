@@ -12,6 +12,7 @@ from mlflow import MlflowClient
 
 from rlvr_factory import plots, summary, tracking
 from rlvr_factory.domains import get_domain, tasks_from_frame
+from rlvr_factory.domains.cad import part_view_figures
 from rlvr_factory.evaluation import greedy_accuracy
 from rlvr_factory.mlflow_model import log_policy_model
 from rlvr_factory.models.policy import Policy
@@ -90,3 +91,10 @@ def register_policy(rl_policy: Policy, eval_report: dict, report: dict, evaluate
     metrics = {f"eval.rl.{k.replace('@', '_at_')}": float(v) for k, v in eval_report["rl"].items()}
     name = report["registered_model_name"] if report["register_model"] else None
     log_policy_model(rl_policy, name, metrics, evaluate["sampling"])
+
+
+def render_part_views(rollout_sample: list[dict], train_tasks: pd.DataFrame, domain: dict, report: dict) -> dict[str, Figure]:
+    """What the model built, for CAD runs: target and built part of the first and last round's sampled
+    rollouts in three orthographic views (`report.part_views.per_round` PNGs per round; none for other domains)."""
+    tasks = {t.task_id: t for t in tasks_from_frame(train_tasks)}
+    return part_view_figures(get_domain(domain), rollout_sample, tasks, report["part_views"]["per_round"])
