@@ -10,7 +10,7 @@ in `Policy.optimizer_state`.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
@@ -20,6 +20,7 @@ from rlvr_factory.rl.advantages import compute_advantages
 from rlvr_factory.rl.kl import KL_PLACEMENTS, kl_penalty, kl_shaped_rewards
 from rlvr_factory.rl.length import mask_truncated, overlong_penalty
 from rlvr_factory.rl.losses import aggregate_loss, clipped_policy_loss, loss_units, masked_mean
+from rlvr_factory.training.components import component_tensors
 from rlvr_factory.training.lm import join_prompt_completion, lr_factor, make_optimizer, minibatches, token_logprobs
 
 
@@ -35,6 +36,7 @@ class UpdateConfig:
     clip_low: float = 0.2  # PPO ratio clip below 1
     clip_high: float = 0.2  # PPO ratio clip above 1 (DAPO clip-higher when larger)
     advantage_estimator: str = "grpo"  # grpo | dr_grpo | rloo | reinforce_pp
+    component_normalisation: bool = False  # GDPO: each declared reward component normalised apart, then weighted and summed
     loss_aggregation: str = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum-norm
     dual_clip: float | None = None  # cap on the loss of negative-advantage tokens (e.g. 3.0); None: off
     kl_coef: float = 0.0  # weight of the KL to the reference; 0 disables it
@@ -65,6 +67,7 @@ class Sample:
     reward: float
     domain: str = ""  # advantages are normalised within each domain
     truncated: bool = False  # the completion ran out of budget (finish_reason == "length")
+    components: dict[str, tuple[float, float]] = field(default_factory=dict)  # the verifier's declared (value, weight)s
 
 
 def _batch(part: Sequence[Sample], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -131,9 +134,12 @@ def rl_update(
     rewards, stats = _shaped_rewards(samples, config, old_logp, ref_logp, pad_id)
     groups = {g: i for i, g in enumerate(dict.fromkeys(s.group for s in samples))}
     domains = {d: i for i, d in enumerate(dict.fromkeys(s.domain for s in samples))}
+    components, weights, _ = component_tensors([s.components for s in samples], rewards) \
+        if config.component_normalisation else (None, None, None)
     advantages = compute_advantages(
         config.advantage_estimator, rewards,
         torch.tensor([groups[s.group] for s in samples]), torch.tensor([domains[s.domain] for s in samples]),
+        components, weights,
     )
     truncated = torch.tensor([s.truncated for s in samples])
     # Dr. GRPO divides each sequence's loss sum by one constant: here the widest prompt+completion of the round.

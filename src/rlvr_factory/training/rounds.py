@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
 from rlvr_factory.training.grpo import Sample
+from rlvr_factory.verifiers.score import declared_components
 
 EXCLUDED_STATUS = "infra_error"  # an infrastructure failure is never scored as a wrong answer
 
@@ -18,7 +21,7 @@ def samples_from_scored(scored: pd.DataFrame) -> list[Sample]:
     """Update samples from the usable rows (infrastructure failures are left out of the loss)."""
     return [
         Sample(str(r.task_id), list(r.prompt_ids), list(r.completion_ids), float(r.reward), str(r.domain),
-               r.finish_reason == "length")
+               r.finish_reason == "length", declared_components(json.loads(r.reward_breakdown)))
         for r in usable_rows(scored).itertuples(index=False)
     ]
 
