@@ -72,3 +72,12 @@ def byte_tokenizer():
 def tiny_policy() -> Policy:
     """A tiny, randomly initialised (seeded) Llama policy on the CPU; fresh for every test."""
     return make_tiny_policy(seed=0)
+
+
+@pytest.fixture(scope="session")
+def refreshed_project(tmp_path_factory):
+    """A fresh clone of the project at a tiny size whose committed dvc.lock and results are the
+    ones `scripts/results.py refresh` wrote (one whole `dvc repro`)."""
+    from tests.project_clone import refreshed_project as make
+
+    return make(tmp_path_factory.mktemp("refreshed") / "repo")

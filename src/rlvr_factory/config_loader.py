@@ -10,7 +10,7 @@ differ), which replace base's whole; the runtime parameters are merged into the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from kedro.config import MissingConfigException, OmegaConfigLoader
 from omegaconf import OmegaConf
@@ -19,7 +19,19 @@ REPLACED = ("domain",)  # parameter blocks an environment replaces whole instead
 
 
 class ConfigLoader(OmegaConfigLoader):
-    """OmegaConfigLoader whose environments and runtime parameters override single keys."""
+    """OmegaConfigLoader whose environments and runtime parameters override single keys.
+
+    The latest instance is kept as `ConfigLoader.latest`: a Kedro session makes one for its
+    environment and runtime parameters, so the pipeline registry can shape the pipelines
+    from the run's configuration even where no hook runs (`kedro viz` without
+    `--include-hooks`).
+    """
+
+    latest: ClassVar[ConfigLoader | None] = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        ConfigLoader.latest = self
 
     def __getitem__(self, key: str) -> dict[str, Any]:
         run_env = self.env or self.default_run_env

@@ -24,6 +24,7 @@ wall-clock guard (`VerifierPool`).
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 
@@ -53,6 +54,18 @@ from rlvr_factory.verifiers.score import Score, declare_weights
 
 __all__ = ["Answers", "MathVerifier", "answers_match", "as_number", "extract_answer", "find_answers",
            "gold_answers", "last_boxed", "normalise", "numbers_match", "parts", "process_score", "stated_choice"]
+
+
+class _TimeoutOffOnPurpose(logging.Filter):
+    """Math-Verify warns, once per process, that its own timeout is off; it is off on purpose
+    (its signals need the main thread; the caller's wall-clock guard bounds each check)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Timeout is disabled")
+
+
+for _logger in ("math_verify.parser", "math_verify.grader"):  # in every process that imports this module
+    logging.getLogger(_logger).addFilter(_TimeoutOffOnPurpose())
 
 _DECIMAL_COMMA = re.compile(r"-?(?:0,\d+|\d+,(?:\d{1,2}|\d{4,}))")
 _DECIMAL_LITERAL = re.compile(r"(?<![\d.])(\d*)\.(\d+)(?![\d.eE])")
