@@ -93,3 +93,28 @@ def test_the_pretraining_corpus_states_answers_in_tags_and_leaves_out_excluded_p
     assert corpus == rg.pretraining_corpus(20, seed=1, exclude=set())
     left = rg.pretraining_corpus(20, seed=1, exclude={corpus[0].rsplit("\n<answer>", 1)[0]})
     assert corpus[0] not in left
+
+
+@pytest.mark.slow
+def test_the_whole_pool_curates_verifies_and_evaluates_at_a_tiny_size():
+    from rlvr_factory.domains.curation import curate
+    from rlvr_factory.evaluation import evaluate_policy
+    from rlvr_factory.rollout.hf import SamplingConfig
+    from tests.conftest import make_tiny_policy
+
+    rg = get_domain({"name": "reasoning_gym", "datasets": "all", "splits": {"train": 1, "test": 1},
+                     "generation": {"workers": 2, "timeout_seconds": 120}})
+    curated = curate(rg.rows(), rg, decontamination={"n": 8, "threshold": 0.5, "skip_domains": ["*"]},
+                     validation_from_train=0, default_difficulty=1, seed=0)
+    test = [t for t in curated.tasks if t.split == "test"]
+    families = {t.domain for t in test}
+    assert len(rg.families) >= 100 and len(families) >= len(rg.families) - 5
+    quarantined = {q["domain"] for q in curated.quarantined}
+    assert families | quarantined == set(rg.families)  # every family is either in the pool or quarantined with a reason
+    assert all(q.get("reason") for q in curated.quarantined)
+    verify = {**VERIFY, "max_input_chars": 100_000}  # the pool's default: a gold carries its whole item (arc_agi: ~20k)
+    scores, _ = verify_batch(rg, [rg.demonstration(t) for t in test], [t.reference for t in test], verify)
+    assert [t.domain for t, s in zip(test, scores) if not s.correct] == []
+    report = evaluate_policy(make_tiny_policy(), test, rg, verify, SamplingConfig(max_new_tokens=4, batch_size=1), k=1)
+    assert report["num_tasks"] == len(test)
+    assert {f"pass@1/domain_{f}" for f in families} <= set(report)
