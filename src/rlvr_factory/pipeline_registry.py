@@ -17,7 +17,7 @@ from kedro.pipeline import Pipeline
 from kedro.utils import find_kedro_project
 
 from rlvr_factory.config_loader import ConfigLoader
-from rlvr_factory.pipelines import base_model, curate, evaluate, report, rl, sft
+from rlvr_factory.pipelines import base_model, curate, evaluate, flywheel, report, rl, sft
 
 
 @dataclass(frozen=True)
@@ -66,4 +66,5 @@ def register_pipelines() -> dict[str, Pipeline]:
     }
     stages["rlvr"] = sum(stages.values(), Pipeline([]))
     stages["__default__"] = stages["rlvr"]
+    stages["flywheel"] = flywheel.create_pipeline()  # after a run, not part of it: the next run curates its pool
     return stages
