@@ -118,3 +118,14 @@ def test_the_whole_pool_curates_verifies_and_evaluates_at_a_tiny_size():
     report = evaluate_policy(make_tiny_policy(), test, rg, verify, SamplingConfig(max_new_tokens=4, batch_size=1), k=1)
     assert report["num_tasks"] == len(test)
     assert {f"pass@1/domain_{f}" for f in families} <= set(report)
+
+
+def test_the_reasoning_gym_environment_trains_fifty_families_with_a_level_each():
+    from tests.test_config_loader import parameters
+
+    params = parameters("reasoning_gym", {})
+    rg = get_domain(params["domain"])  # resolves and checks the families; generates nothing yet
+    assert len(rg.families) >= 50 and not set(rg.families) & set(EXCLUDED)
+    assert params["rl"]["curriculum"]["levels"]["enabled"] and params["rl"]["curriculum"]["band"] == [0.1, 0.9]
+    longest = rg.max_prompt_chars + len(rg.instruction) + 1 + params["rl"]["sampling"]["max_new_tokens"]
+    assert params["model"]["embedded"]["architecture"]["max_positions"] >= longest + 16  # bytes are tokens
