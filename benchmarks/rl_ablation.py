@@ -5,10 +5,11 @@
 Runs the real Kedro project on the embedded arithmetic default in a scratch directory: the
 `curate`, `base_model` and `sft` pipelines once (the base model is reused from this
 checkout's cache when it is there), then the `rl` pipeline once per variant, from the same
-SFT policy with the same seeds: GRPO, Dr. GRPO, RLOO, REINFORCE++, and GRPO with DAPO's
-dynamic sampling. For each it prints the final round's validation greedy accuracy, the
-final policy's greedy accuracy on the test split, and the seconds per round (rollout +
-verify + update, and the wall time including the per-round validation).
+SFT policy with the same seeds: GRPO, Dr. GRPO, RLOO, REINFORCE++, GRPO with DAPO's
+dynamic sampling, and GRPO with per-component (GDPO) normalisation. For each it prints the
+final round's validation greedy accuracy, the final policy's greedy accuracy on the test
+split, and the seconds per round (rollout + verify + update, and the wall time including
+the per-round validation).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ VARIANTS = {
     "RLOO": {"update": {"advantage_estimator": "rloo"}},
     "REINFORCE++": {"update": {"advantage_estimator": "reinforce_pp"}},
     "GRPO + dynamic sampling": {"update": {"advantage_estimator": "grpo"}, "dynamic_sampling": {"enabled": True}},
+    "GRPO + per-component (GDPO)": {"update": {"advantage_estimator": "grpo", "component_normalisation": True}},
 }
 
 

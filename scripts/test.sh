@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the runtime (scripts/install.sh) and the test tools (pytest, DVC, Hugging Face datasets,
-# nbclient, Playwright driving Debian's Chromium, Ray, kedro-viz, CadQuery), then run the whole test suite
+# nbclient, Playwright driving Debian's Chromium, Ray, kedro-viz, CadQuery, reasoning-gym), then run the whole test suite
 # (the slow end-to-end tests run at a small size).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,5 +11,5 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; 
     $sudo apt-get update -qq
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium
 fi
-python -m pip install --quiet --disable-pip-version-check -e ".[cpu,dev,data,notebook,ui,ray,viz,cad]"
+python -m pip install --quiet --disable-pip-version-check -e ".[cpu,dev,data,notebook,ui,ray,viz,cad,reasoning-gym]"
 python -m pytest -q -p no:cacheprovider "$@"

@@ -8,7 +8,8 @@ import tomllib
 
 from tests.pipelines.conftest import PROJECT_ROOT
 
-TEST_TOOLS = {"pytest", "dvc", "datasets", "nbclient", "nbformat", "ipykernel", "playwright", "ray", "kedro-viz"}
+TEST_TOOLS = {"pytest", "dvc", "datasets", "nbclient", "nbformat", "ipykernel", "playwright", "ray", "kedro-viz",
+              "reasoning-gym"}
 
 
 def _script(name: str) -> str:

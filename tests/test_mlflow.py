@@ -71,7 +71,8 @@ def test_each_run_records_its_curves_evaluation_and_report_artifacts(store):
         assert steps == list(range(TINY_PARAMS["rl"]["rounds"]))  # logged once per round, not again by the report
         assert {"eval.rl.greedy_accuracy", "eval.rl.greedy_accuracy/difficulty_1", "eval.sft.pass_at_2"} <= set(run.data.metrics)
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "report")}
-        assert artifacts == {"report/metrics.json", "report/round_curves.png", "report/rollout_sample.json"}
+        assert artifacts == {"report/metrics.json", "report/round_curves.png", "report/rollout_sample.json",
+                             "report/domain_rounds.csv", "report/domain_heatmap.png"}
         png = mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path="report/round_curves.png",
                                                   tracking_uri=tracking_uri(store))
         assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -129,6 +130,7 @@ def test_the_comparison_notebook_runs_on_the_tracked_runs(store, monkeypatch):
     assert "completion" in html and "reward" in html  # the best run's sample rollouts
     printed = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "best run:" in printed
+    assert "domains x rounds heatmap" in printed and "sft_pass_rate" in html  # the heatmap and the gain table
 
 
 def _free_port() -> int:

@@ -121,5 +121,5 @@ def test_kedro_viz_draws_every_round_as_a_collapsible_namespace(project):
     assert [f"round_{k:03d}" for k in range(ENV_ROUNDS)] == sorted(m for m in modular if m.startswith("round_"))
     for k in range(ENV_ROUNDS):
         tasks = [c for c in modular[f"round_{k:03d}"]["children"] if c["type"] == "task"]
-        assert len(tasks) == 4  # rollout, verify, track_pass_rates, update fold into the round
+        assert len(tasks) == 5  # rollout, verify, track_pass_rates, track_levels, update fold into the round
     assert {"id": "round_000", "type": "modularPipeline"} in modular["__root__"]["children"]

@@ -17,7 +17,7 @@ from kedro.pipeline import Pipeline
 from kedro.utils import find_kedro_project
 
 from rlvr_factory.config_loader import ConfigLoader
-from rlvr_factory.pipelines import base_model, curate, evaluate, preference, report, reward_model, rl, sft
+from rlvr_factory.pipelines import base_model, curate, evaluate, flywheel, preference, report, reward_model, rl, sft
 
 
 @dataclass(frozen=True)
@@ -72,4 +72,5 @@ def register_pipelines() -> dict[str, Pipeline]:
     upstream = stages["curate"] + stages["base_model"] + stages["sft"] + stages["preference_data"]
     stages["reward_model"] = upstream + reward_model.create_pipeline()
     stages["preference"] = upstream + preference.create_pipeline()
+    stages["flywheel"] = flywheel.create_pipeline()  # after a run, not part of it: the next run curates its pool
     return stages

@@ -163,6 +163,8 @@ def test_decontamination_threshold_and_skipped_domains():
     assert len(decontaminate(tasks, n=8, threshold=0.5)[1]) == 1  # 2 of 3 8-grams shared
     assert len(decontaminate(tasks, n=8, threshold=0.9)[1]) == 0
     assert len(decontaminate(tasks, n=8, threshold=0.5, skip_domains=["d"])[1]) == 0
+    assert len(decontaminate(tasks, n=8, threshold=0.5, skip_domains=["*"])[1]) == 0  # a pattern: every domain
+    assert len(decontaminate(tasks, n=8, threshold=0.5, skip_domains=["x*"])[1]) == 1
     assert len(decontaminate([task("e", "short", "test"), task("t", "short")], n=8, threshold=0.5)[1]) == 0
     with pytest.raises(ValueError, match="threshold"):
         decontaminate(tasks, n=8, threshold=0)
@@ -183,6 +185,17 @@ def test_mixing_cuts_the_train_pool_to_the_weights_and_keeps_evaluation_tasks():
     assert sum(t.domain == "a" for t in train) == 30 and sum(t.domain == "b" for t in train) == 15
     assert left_out == {"a": 0, "b": 15} and {"ta", "tb"} <= {t.task_id for t in mixed}
     assert mixed == mix_by_weight(tasks, {"a": 2.0, "b": 1.0}, seed=0)[0]
+
+
+def test_a_domain_without_weights_keeps_every_train_task_of_every_member():
+    class Unweighted:
+        name, weights, members = "families", None, {"a": DOMAINS["arithmetic"], "b": DOMAINS["arithmetic"]}
+
+    rows = [task(f"a{i}", f"a{i}", domain="a").to_row() for i in range(30)] + [task("b0", "b0", domain="b").to_row()]
+    curated = curate(rows, Unweighted(), decontamination=DECONTAMINATION, validation_from_train=0,
+                     default_difficulty=1, seed=0)
+    assert curated.counts["tasks.a.train"] == 30 and curated.counts["tasks.b.train"] == 1
+    assert not any(k.startswith("mix_left_out") for k in curated.counts)
 
 
 def test_carving_validation_is_seeded_and_skips_domains_that_have_some():

@@ -92,6 +92,10 @@ def test_mlflow_run_has_params_per_round_metrics_and_the_policy(tiny_run):
     (model,) = client.search_logged_models([experiment.experiment_id], filter_string=f"source_run_id = '{run.info.run_id}'")
     assert model.name == "policy" and "eval.rl.greedy_accuracy" in {m.key for m in model.metrics}
     assert not [a for a in client.list_artifacts(run.info.run_id) if a.path == "rl_policy"]  # logged once, as the model
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "domains")} == {
+        "domains/round_000.csv", "domains/round_001.csv"}  # the per-domain table of every round
+    assert {"report/domain_rounds.csv", "report/domain_heatmap.png"} <= {
+        a.path for a in client.list_artifacts(run.info.run_id, "report")}
 
 
 def test_final_policy_is_an_ordinary_hf_model_directory(tiny_run):

@@ -1,11 +1,13 @@
-"""GRPO / Dr. GRPO group-relative advantages."""
+"""GRPO / Dr. GRPO group-relative advantages, RLOO, REINFORCE++ and per-component (GDPO) normalisation."""
 
 import math
 
 import pytest
 import torch
 
-from rlvr_factory.rl.advantages import compute_advantages, grpo_advantages, reinforce_pp_advantages, rloo_advantages
+from rlvr_factory.rl.advantages import (
+    component_advantages, compute_advantages, grpo_advantages, reinforce_pp_advantages, rloo_advantages,
+)
 
 
 def test_single_group_is_centred_and_divided_by_the_unbiased_std():
@@ -131,3 +133,64 @@ def test_domains_do_not_change_group_wise_estimators(name):
 def test_every_estimator_gives_a_lone_sample_and_an_all_equal_batch_zero(name):
     assert compute_advantages(name, torch.tensor([0.7]), torch.tensor([0])).tolist() == [0.0]
     assert compute_advantages(name, torch.tensor([0.5, 0.5, 0.5]), torch.tensor([0, 0, 1])).tolist() == [0.0] * 3
+
+
+# Per-component (GDPO-style) normalisation
+
+
+def test_summing_components_first_ties_compositions_that_per_component_normalisation_tells_apart():
+    # (outcome, format) of two groups of two: in group 0 the better sample wins one component, in
+    # group 1 both. Summed first, GRPO gives both groups the same advantages (Liu et al. 2026, Fig. 1).
+    components = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [1.0, 1.0]])
+    groups, weights = torch.tensor([0, 0, 1, 1]), torch.tensor([1.0, 1.0])
+    summed_first = grpo_advantages(components @ weights, groups)
+    assert summed_first[:2].tolist() == pytest.approx(summed_first[2:].tolist())
+    decoupled = component_advantages("grpo", components, weights, groups)
+    assert decoupled[3] == pytest.approx(2 * decoupled[1].item(), rel=1e-4)  # winning both counts twice
+    assert decoupled[1] > 0 > decoupled[0] and decoupled[3] > 0 > decoupled[2]
+
+
+def test_per_component_advantages_are_the_weighted_sum_of_group_advantages_normalised_over_the_batch():
+    components = torch.tensor([[1.0, 0.0], [0.0, 0.0], [1.0, 1.0], [1.0, 0.0], [0.0, 1.0], [0.0, 0.5]])
+    groups = torch.tensor([0, 0, 0, 1, 1, 1])
+    weights = torch.tensor([1.0, 0.5])
+    expected = grpo_advantages(components[:, 0], groups) + 0.5 * grpo_advantages(components[:, 1], groups)
+    expected = (expected - expected.mean()) / (expected.std() + 1e-6)
+    torch.testing.assert_close(component_advantages("grpo", components, weights, groups), expected)
+
+
+def test_a_component_with_zero_weight_changes_nothing():
+    components = torch.tensor([[1.0, 5.0], [0.0, -3.0], [1.0, 2.0], [0.0, 9.0]])
+    groups = torch.tensor([0, 0, 1, 1])
+    alone = component_advantages("grpo", components[:, :1], torch.tensor([1.0]), groups)
+    torch.testing.assert_close(component_advantages("grpo", components, torch.tensor([1.0, 0.0]), groups), alone)
+
+
+def test_a_single_component_is_the_estimator_then_batch_normalisation():
+    rewards, groups = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0]), torch.tensor([0, 0, 0, 1, 1, 1])
+    plain = rloo_advantages(rewards, groups)
+    expected = (plain - plain.mean()) / (plain.std() + 1e-6)
+    got = compute_advantages("rloo", rewards, groups, components=rewards[:, None], weights=torch.tensor([1.0]))
+    torch.testing.assert_close(got, expected)
+
+
+def test_per_sample_weights_let_domains_weigh_components_differently():
+    components = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
+    weights = torch.tensor([[1.0, 0.1], [1.0, 0.1], [0.1, 1.0], [0.1, 1.0]])  # domain 0 prizes column 0, domain 1 column 1
+    groups, domains = torch.tensor([0, 0, 1, 1]), torch.tensor([0, 0, 1, 1])
+    advantages = compute_advantages("grpo", torch.zeros(4), groups, domains, components, weights)
+    assert advantages[0] > advantages[1] and advantages[3] > advantages[2]
+
+
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "reinforce_pp"])
+def test_per_component_advantages_of_groups_without_spread_are_zero(name):
+    components = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
+    got = component_advantages(name, components, torch.tensor([1.0, 1.0]), torch.tensor([0, 0, 1, 1]))
+    assert got.tolist() == [0.0] * 4
+
+
+def test_mismatched_components_and_weights_are_refused():
+    with pytest.raises(ValueError, match="weights"):
+        component_advantages("grpo", torch.zeros(3, 2), torch.ones(3), torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match="both"):
+        compute_advantages("grpo", torch.zeros(2), torch.zeros(2, dtype=torch.long), components=torch.zeros(2, 1))

@@ -1,5 +1,7 @@
 """From the scored table to update samples and round metrics."""
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -19,7 +21,9 @@ def scored_table() -> pd.DataFrame:
     ]
     frame = pd.DataFrame(rows, columns=["task_id", "domain", "reward", "correct", "status", "finish_reason",
                                         "completion_tokens"])
-    return frame.assign(prompt_ids=[[1, 2]] * len(rows), completion_ids=[[3]] * len(rows))
+    breakdown = json.dumps({"outcome": 1.0, "format": 1.0, "weight.outcome": 1.0, "weight.format": 0.5})
+    return frame.assign(prompt_ids=[[1, 2]] * len(rows), completion_ids=[[3]] * len(rows),
+                        reward_breakdown=[breakdown] + ["{}"] * (len(rows) - 1))
 
 
 def test_infra_errors_are_left_out_of_the_samples():
@@ -28,6 +32,12 @@ def test_infra_errors_are_left_out_of_the_samples():
     assert [s.group for s in samples] == ["a", "a", "b", "b", "c", "c"]
     assert [s.truncated for s in samples] == [False, True, False, False, False, False]
     assert {s.domain for s in samples} == {"math", "code"}
+
+
+def test_samples_carry_the_reward_components_their_verifier_declared():
+    samples = samples_from_scored(scored_table())
+    assert samples[0].components == {"format": (1.0, 0.5), "outcome": (1.0, 1.0)}
+    assert samples[1].components == {}
 
 
 def test_round_metrics_cover_the_usable_rows_and_count_the_failures():

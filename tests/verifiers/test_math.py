@@ -162,7 +162,8 @@ def test_a_zero_denominator_is_a_wrong_answer_not_an_error():
 
 def test_every_breakdown_value_is_a_float():
     score = MathVerifier().score("3+4=7\n\\boxed{7}", "7")
-    assert set(score.breakdown) == {"outcome", "format", "process", "steps", "spam"}
+    assert set(score.breakdown) == {"outcome", "format", "process", "steps", "spam", "weight.outcome", "weight.process",
+                                    "weight.format"}
     assert all(isinstance(value, float) for value in score.breakdown.values())
 
 
@@ -358,6 +359,9 @@ def test_process_weight_rewards_correct_steps_and_none_means_zero():
         "process": 0.0,
         "steps": 0.0,
         "spam": 0.0,
+        "weight.outcome": 0.5,
+        "weight.process": 0.5,
+        "weight.format": 0.0,
     }
 
 

@@ -1,7 +1,8 @@
 """Kedro datasets for the objects the pipeline passes between stages."""
 
 from rlvr_factory.datasets.figure_folder import FigureFolderDataset
+from rlvr_factory.datasets.jsonl_dataset import JSONLinesDataset
 from rlvr_factory.datasets.policy_dataset import PolicyDataset
 from rlvr_factory.datasets.reward_model_dataset import RewardModelDataset
 
-__all__ = ["FigureFolderDataset", "PolicyDataset", "RewardModelDataset"]
+__all__ = ["FigureFolderDataset", "JSONLinesDataset", "PolicyDataset", "RewardModelDataset"]

@@ -10,6 +10,7 @@ import json
 import random
 import re
 from collections import defaultdict
+from fnmatch import fnmatchcase
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -152,11 +153,13 @@ def decontaminate(
     """Train tasks whose prompt shares at least `threshold` of its word n-grams with any one
     evaluation (validation/test) prompt of its domain are removed, with the overlap and the
     evaluation task named. Prompts shorter than n words have no n-grams and are never removed
-    here (deduplication catches their copies). Domains in `skip_domains` are left alone.
+    here (deduplication catches their copies). Domains in `skip_domains` (names or shell-style
+    patterns: `"*"` skips every domain) are left alone.
     """
     if n < 1 or not 0 < threshold <= 1:
         raise ValueError(f"decontamination needs n >= 1 and 0 < threshold <= 1, got n={n}, threshold={threshold}")
-    skip = set(skip_domains)
+    patterns = list(skip_domains)
+    skip = {d for d in {t.domain for t in tasks} if any(fnmatchcase(d, p) for p in patterns)}
     index: dict[tuple[str, tuple[str, ...]], list[str]] = defaultdict(list)
     for task in tasks:
         if task.split in EVAL_SPLITS and task.domain not in skip:
@@ -270,9 +273,11 @@ def curate(
     counts["removed.decontaminate"] = len(removed)
     tasks = label_difficulty(tasks, measured or {}, default_difficulty)
     tasks = carve_validation(tasks, validation_from_train, seed)
-    tasks, left_out = mix_by_weight(tasks, getattr(domain, "weights", {}), seed)
+    weights = getattr(domain, "weights", {})
+    if weights is not None:  # a domain with `weights = None` keeps every train task of every member
+        tasks, left_out = mix_by_weight(tasks, weights, seed)
+        counts.update({f"mix_left_out.{d}": n for d, n in left_out.items()})
     tasks = interleave(tasks)
-    counts.update({f"mix_left_out.{d}": n for d, n in left_out.items()})
     for task in tasks:
         key = f"tasks.{task.domain}.{task.split}"
         counts[key] = counts.get(key, 0) + 1

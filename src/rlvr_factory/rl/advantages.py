@@ -80,19 +80,61 @@ def _by_name(estimator: str, rewards: torch.Tensor, group_ids: torch.Tensor) -> 
     raise ValueError(f"advantage estimator must be one of {ESTIMATORS}, got {estimator!r}")
 
 
+def component_advantages(
+    estimator: str, components: torch.Tensor, weights: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6
+) -> torch.Tensor:
+    """Per-component (GDPO-style) advantages (Liu et al. 2026, "GDPO: Group reward-Decoupled
+    Normalization Policy Optimization", Sec. 3).
+
+    Each reward component r_k (column k of `components`, shape (N, K)) is normalised within
+    its group by `estimator` on its own, the results are summed with the components' weights
+    (`weights`: (K,), or (N, K) when samples weigh components differently, e.g. several domains),
+    and the sum is normalised over the batch:
+        A_sum = sum_k w_k * A_estimator(r_k),   A = (A_sum - mean(A_sum)) / (std(A_sum) + eps).
+    Summing first (r = sum_k w_k r_k, then normalising) maps different reward compositions to
+    the same advantage: with two binary components, (1, 0) and (0, 1) in one group tie.
+    A batch whose summed advantages are all equal gets 0.
+    """
+    if components.dim() != 2 or weights.shape not in {(components.shape[1],), tuple(components.shape)}:
+        raise ValueError(f"components must be (samples, K) with weights (K,) or (samples, K), "
+                         f"got {tuple(components.shape)} and {tuple(weights.shape)}")
+    weights = weights.float().expand(components.shape)
+    summed = torch.zeros(components.shape[0], dtype=torch.float32)
+    for k in range(components.shape[1]):
+        if bool((weights[:, k] != 0).any()):
+            summed += weights[:, k] * _by_name(estimator, components[:, k].float(), group_ids)
+    if summed.numel() < 2 or bool((summed == summed[0]).all()):
+        return torch.zeros_like(summed)
+    return (summed - summed.mean()) / (summed.std() + eps)
+
+
 def compute_advantages(
-    estimator: str, rewards: torch.Tensor, group_ids: torch.Tensor, domain_ids: torch.Tensor | None = None
+    estimator: str, rewards: torch.Tensor, group_ids: torch.Tensor, domain_ids: torch.Tensor | None = None,
+    components: torch.Tensor | None = None, weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Advantages by name: `grpo`, `dr_grpo` (no std division), `rloo` or `reinforce_pp`.
 
     With `domain_ids`, each domain's samples are normalised on their own, so one domain's
     reward scale does not set another's step size (this matters for REINFORCE++, whose
     normalisation is otherwise over the whole batch; group-wise estimators are unaffected).
+    With `components` (samples x K) and their `weights`, each component is normalised on its
+    own before the weighted sum (`component_advantages`); `rewards` is then unused.
     """
+    if (components is None) != (weights is None):
+        raise ValueError("per-component advantages need both components and weights")
+    if components is not None and components.shape[0] != rewards.shape[0]:
+        raise ValueError(f"components have {components.shape[0]} rows for {rewards.shape[0]} rewards")
+
+    def one(idx: torch.Tensor | slice) -> torch.Tensor:
+        if components is None:
+            return _by_name(estimator, rewards[idx], group_ids[idx])
+        return component_advantages(estimator, components[idx], weights if weights.dim() == 1 else weights[idx],
+                                    group_ids[idx])
+
     if domain_ids is None:
-        return _by_name(estimator, rewards, group_ids)
+        return one(slice(None))
     advantages = torch.zeros_like(rewards, dtype=torch.float32)
     for domain in torch.unique(domain_ids):
         idx = domain_ids == domain
-        advantages[idx] = _by_name(estimator, rewards[idx], group_ids[idx])
+        advantages[idx] = one(idx)
     return advantages

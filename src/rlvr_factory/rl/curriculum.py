@@ -4,12 +4,20 @@ Too-easy prompts (every sample right) and too-hard ones (every sample wrong) giv
 estimators no gradient; prompts whose pass rate lies in a target band do (cf. DAPO, Yu et al.
 2025, Eq. 11; the online difficulty filtering of Bae et al. 2025, "Online Difficulty Filtering
 for Reasoning Oriented RL", Sec. 3).
+
+Across many domains the same band steers a level per domain: each domain draws from its current
+difficulty level, which rises when the domain's online pass rate stays above the band and falls
+when it stays below (a per-domain version of the teacher-student curricula of Matiisen et al.
+2019 and of reasoning-gym's own curriculum levels), and the domains whose pass rate lies in the
+band get the larger share of each round's prompts (`update_domain_levels`, `domain_weights`,
+`domain_prompt_order`).
 """
 
 from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 
@@ -93,3 +101,89 @@ def prompt_order(
         if any(w < 0 for w in weights) or not any(weights):
             raise ValueError(f"curriculum difficulty_weights need a positive weight for a level of {levels}, got {dict(difficulty_weights)}")
     return interleave(strata, weights)
+
+
+@dataclass(frozen=True)
+class DomainLevel:
+    """A domain's place in the curriculum: its difficulty level, the online pass rate measured at
+    that level (None: not yet), and how many rounds in a row it lay above (+) or below (-) the band."""
+
+    level: int
+    pass_rate: float | None = None
+    streak: int = 0
+
+
+def update_domain_levels(
+    state: Mapping[str, DomainLevel],
+    observed: Mapping[str, float],
+    levels: Mapping[str, Sequence[int]],
+    band: tuple[float, float],
+    ema: float,
+    patience: int,
+) -> dict[str, DomainLevel]:
+    """Every domain's level after a round.
+
+    `observed[d]` is domain d's pass rate this round on tasks of its current level; `levels[d]`
+    the levels its tasks have (a domain new to `state` starts at its lowest). The level's pass
+    rate is averaged like a task's (`update_pass_rates`); after `patience` rounds in a row above
+    the band the domain moves to its next level, after `patience` below to its previous one, and
+    the new level's pass rate starts unmeasured. A domain not observed keeps its state.
+    """
+    if patience < 1:
+        raise ValueError(f"curriculum patience must be at least 1 round, got {patience}")
+    if not 0.0 <= band[0] <= band[1] <= 1.0:
+        raise ValueError(f"curriculum band must satisfy 0 <= low <= high <= 1, got {list(band)}")
+    updated = {}
+    for domain, available in sorted(levels.items()):
+        ladder = sorted(set(available))
+        current = state.get(domain) or DomainLevel(ladder[0])
+        if domain not in observed:
+            updated[domain] = current
+            continue
+        rate = update_pass_rates({} if current.pass_rate is None else {"": current.pass_rate}, {"": observed[domain]},
+                                 ema)[""]
+        streak = (max(current.streak, 0) + 1 if rate > band[1] else min(current.streak, 0) - 1 if rate < band[0]
+                  else 0)
+        step = 1 if streak >= patience else -1 if streak <= -patience else 0
+        position = ladder.index(current.level) if current.level in ladder else 0
+        target = min(max(position + step, 0), len(ladder) - 1)
+        updated[domain] = (DomainLevel(ladder[target]) if target != position
+                           else replace(current, level=ladder[position], pass_rate=rate, streak=streak))
+    return updated
+
+
+def domain_weights(state: Mapping[str, DomainLevel], band: tuple[float, float], out_of_band_weight: float) -> dict[str, float]:
+    """Each domain's share of a round's prompts: 1 while its level's pass rate is in the band (or
+    unmeasured: it must be tried to be known), `out_of_band_weight` while it lies outside."""
+    if not 0.0 <= out_of_band_weight <= 1.0:
+        raise ValueError(f"curriculum out_of_band_weight must be in [0, 1], got {out_of_band_weight}")
+    return {d: 1.0 if in_band(s.pass_rate, band) else out_of_band_weight for d, s in state.items()}
+
+
+def domain_prompt_order(
+    domains: Sequence[str],
+    difficulties: Sequence[int],
+    pass_rates: Sequence[float | None],
+    state: Mapping[str, DomainLevel],
+    weights: Mapping[str, float],
+    rng: random.Random,
+    band: tuple[float, float] = (0.0, 1.0),
+    band_fraction: float = 1.0,
+) -> list[int]:
+    """The order in which to draw the candidate prompts: each domain's tasks of its current level
+    (`prompt_order` within it: in-band tasks first), the domains interleaved by `weights`; tasks of
+    other levels follow, so every candidate appears once. Seeded by `rng`."""
+    by_domain: dict[str, list[int]] = {}
+    for i, domain in enumerate(domains):
+        by_domain.setdefault(domain, []).append(i)
+    current, rest = [], []
+    for domain in sorted(by_domain):
+        members = by_domain[domain]
+        level = state[domain].level if domain in state else min(difficulties[i] for i in members)
+        at_level = [i for i in members if difficulties[i] == level]
+        order = prompt_order([pass_rates[i] for i in at_level], [level] * len(at_level), rng, band, band_fraction)
+        current.append([at_level[k] for k in order])
+        rest += [i for i in members if difficulties[i] != level]
+    rng.shuffle(rest)
+    ranked = interleave(current, [weights.get(d, 1.0) for d in sorted(by_domain)])
+    return ranked + rest

@@ -17,7 +17,7 @@ in `Policy.optimizer_state`.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
@@ -27,6 +27,7 @@ from rlvr_factory.rl.advantages import compute_advantages
 from rlvr_factory.rl.kl import KL_PLACEMENTS, kl_penalty, kl_shaped_rewards
 from rlvr_factory.rl.length import mask_truncated, overlong_penalty
 from rlvr_factory.rl.losses import aggregate_loss, clipped_policy_loss, loss_units, masked_mean
+from rlvr_factory.training.components import component_tensors
 from rlvr_factory.training.lm import join_prompt_completion, lr_factor, make_optimizer, minibatches, token_logprobs
 
 
@@ -42,6 +43,7 @@ class UpdateConfig:
     clip_low: float = 0.2  # PPO ratio clip below 1
     clip_high: float = 0.2  # PPO ratio clip above 1 (DAPO clip-higher when larger)
     advantage_estimator: str = "grpo"  # grpo | dr_grpo | rloo | reinforce_pp
+    component_normalisation: bool = False  # GDPO: each declared reward component normalised apart, then weighted and summed
     loss_aggregation: str = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum-norm
     dual_clip: float | None = None  # cap on the loss of negative-advantage tokens (e.g. 3.0); None: off
     kl_coef: float = 0.0  # weight of the KL to the reference; 0 disables it
@@ -77,6 +79,7 @@ class Sample:
     token_turns: list[int] | None = None  # per completion token: the turn it belongs to (None: all turn 0)
     turn_rewards: list[float] | None = None  # each turn's own reward (None: none)
     episode: str | None = None  # samples of one episode (per-turn samples) share its advantage; None: its own
+    components: dict[str, tuple[float, float]] = field(default_factory=dict)  # the verifier's declared (value, weight)s
 
     def turns(self) -> list[int]:
         """The turn of each completion token."""
@@ -145,11 +148,14 @@ def _shaped_rewards(
     return rewards, stats
 
 
-def _episode_advantages(samples: Sequence[Sample], rewards: torch.Tensor, estimator: str) -> torch.Tensor:
+def _episode_advantages(
+    samples: Sequence[Sample], rewards: torch.Tensor, estimator: str, per_component: bool = False
+) -> torch.Tensor:
     """One advantage per episode, given to each of its samples.
 
     An episode's samples all carry its outcome reward; its reward is that outcome plus the
-    shaping terms (penalties) of all its samples.
+    shaping terms (penalties) of all its samples. `per_component`: each declared reward
+    component is normalised on its own before the weighted sum (GDPO; `component_tensors`).
     """
     members: dict[object, list[int]] = {}
     for i, s in enumerate(samples):
@@ -161,9 +167,11 @@ def _episode_advantages(samples: Sequence[Sample], rewards: torch.Tensor, estima
     firsts = [samples[rows[0]] for rows in members.values()]
     groups = {g: i for i, g in enumerate(dict.fromkeys(s.group for s in firsts))}
     domains = {d: i for i, d in enumerate(dict.fromkeys(s.domain for s in firsts))}
+    totals = torch.stack([torch.as_tensor(r, dtype=torch.float32) for r in episode_rewards])
+    components, weights, _ = component_tensors([s.components for s in firsts], totals) if per_component else (None, None, None)
     per_episode = compute_advantages(
-        estimator, torch.stack([torch.as_tensor(r, dtype=torch.float32) for r in episode_rewards]),
-        torch.tensor([groups[s.group] for s in firsts]), torch.tensor([domains[s.domain] for s in firsts]),
+        estimator, totals, torch.tensor([groups[s.group] for s in firsts]),
+        torch.tensor([domains[s.domain] for s in firsts]), components, weights,
     )
     of_sample = torch.empty(len(samples), dtype=torch.long)
     for e, rows in enumerate(members.values()):
@@ -201,7 +209,7 @@ def rl_update(
     old_logp = None if on_policy else _logprobs(model, samples, pad_id, device, chunk)
     ref_logp = _logprobs(reference, samples, pad_id, device, chunk) if config.kl_coef > 0 else None
     rewards, stats = _shaped_rewards(samples, config, old_logp, ref_logp, pad_id)
-    advantages = _episode_advantages(samples, rewards, config.advantage_estimator)
+    advantages = _episode_advantages(samples, rewards, config.advantage_estimator, config.component_normalisation)
     truncated = torch.tensor([s.truncated for s in samples])
     # Dr. GRPO divides each sequence's loss sum by one constant: here the widest prompt+completion of the round.
     norm_length = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)

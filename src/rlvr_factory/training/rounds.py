@@ -20,7 +20,7 @@ import pandas as pd
 from rlvr_factory.domains.base import Task
 from rlvr_factory.rollout.episode import Episode
 from rlvr_factory.training.grpo import Sample
-from rlvr_factory.verifiers.score import Score
+from rlvr_factory.verifiers.score import Score, declared_components
 
 EXCLUDED_STATUS = "infra_error"  # an infrastructure failure is never scored as a wrong answer
 COUNTED = ("tool_calls", "tool_errors")  # step counters every multi-turn round reports, 0 when none happened
@@ -88,21 +88,23 @@ def usable_rows(scored: pd.DataFrame) -> pd.DataFrame:
 def _row_samples(r: Any) -> list[Sample]:
     """One episode's update samples: the whole trajectory, or one per turn (per-turn layout)."""
     truncated = r.finish_reason == "length"
+    components = declared_components(json.loads(r.reward_breakdown))
     if not hasattr(r, "turns"):  # a table from before trajectories: one single-turn sample
-        return [Sample(str(r.task_id), list(r.prompt_ids), list(r.completion_ids), float(r.reward), str(r.domain), truncated)]
+        return [Sample(str(r.task_id), list(r.prompt_ids), list(r.completion_ids), float(r.reward), str(r.domain), truncated,
+                       components=components)]
     turns = json.loads(r.turns)
     rewards = [float(t["reward"]) for t in turns]
     token_turns = [i for i, t in enumerate(turns) for _ in range(t["action_tokens"] + t["observation_tokens"])]
     completion = list(r.completion_ids)
     if len(r.turn_prompt_ids) == 0:
         return [Sample(str(r.task_id), list(r.prompt_ids), completion, float(r.reward), str(r.domain), truncated,
-                       list(r.loss_mask), token_turns, rewards)]
+                       list(r.loss_mask), token_turns, rewards, components=components)]
     episode, samples, at = f"{r.task_id}#{r.sample_index}", [], 0
     for i, (turn, context) in enumerate(zip(turns, r.turn_prompt_ids)):
         action = completion[at : at + turn["action_tokens"]]
         at += turn["action_tokens"]
         samples.append(Sample(str(r.task_id), list(context), action, float(r.reward), str(r.domain), truncated,
-                              turn_rewards=[sum(rewards[i:])], episode=episode))
+                              turn_rewards=[sum(rewards[i:])], episode=episode, components=components))
     return samples
 
 

@@ -50,7 +50,7 @@ from rlvr_factory.verifiers.math_numbers import (
     numbers_match,
     process_score,
 )
-from rlvr_factory.verifiers.score import Score
+from rlvr_factory.verifiers.score import Score, declare_weights
 
 __all__ = ["Answers", "MathVerifier", "answers_match", "as_number", "extract_answer", "find_answers",
            "gold_answers", "last_boxed", "normalise", "numbers_match", "parts", "process_score", "stated_choice"]
@@ -245,6 +245,7 @@ class MathVerifier:
             "process": correct_steps / steps if steps else 0.0,
             "steps": float(steps),
             "spam": float(spam),
+            **declare_weights(outcome=self.outcome_weight, process=self.process_weight, format=self.format_weight),
         }
         reward = (
             self.outcome_weight * outcome

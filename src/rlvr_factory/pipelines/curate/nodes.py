@@ -11,6 +11,7 @@ from rlvr_factory.domains.curation import (
     EVAL_SPLITS, UNLABELLED, curate, difficulty_from_pass_rate, members, quarantine_frame, validate,
 )
 from rlvr_factory.evaluation import pass_rates
+from rlvr_factory.flywheel import SOURCE as FLYWHEEL
 from rlvr_factory.models.policy import load_policy
 from rlvr_factory.preferences import curate_pairs, pair_quarantine_frame, pairs_to_frame, raw_pair_rows
 from rlvr_factory.rollout.hf import SamplingConfig
@@ -30,11 +31,14 @@ def _measured_difficulty(rows: list[dict], domain: Domain, difficulty: dict, ver
     return {task_id: difficulty_from_pass_rate(rate, difficulty["levels"]) for task_id, rate in rates.items()}
 
 
-def curate_tasks(domain: dict, curate_params: dict, verify: dict) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+def curate_tasks(
+    domain: dict, curate_params: dict, verify: dict, flywheel_pool: list | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """The `tasks` table, the quarantine table (every removed row with its step and reason) and
-    the counts as MLflow metrics (`curate.*`)."""
+    the counts as MLflow metrics (`curate.*`); the flywheel's pool joins the domain's rows and is
+    curated like them (`tasks_from_flywheel` counts what survives)."""
     env = get_domain(domain)
-    rows = source_rows(env)
+    rows = source_rows(env) + list(flywheel_pool or [])
     difficulty = curate_params["difficulty"]
     measured = _measured_difficulty(rows, env, difficulty, verify) if difficulty.get("model") else {}
     result = curate(
@@ -43,7 +47,8 @@ def curate_tasks(domain: dict, curate_params: dict, verify: dict) -> tuple[pd.Da
         default_difficulty=difficulty["default"], seed=curate_params["seed"], measured=measured,
     )
     quarantine = quarantine_frame(result.quarantined)
-    return tasks_to_frame(result.tasks), quarantine, _report("curate", "row(s)", quarantine, result.counts)
+    counts = {**result.counts, "tasks_from_flywheel": sum(t.source == FLYWHEEL for t in result.tasks)}
+    return tasks_to_frame(result.tasks), quarantine, _report("curate", "row(s)", quarantine, counts)
 
 
 def _report(name: str, what: str, quarantine: pd.DataFrame, counts: dict) -> dict:

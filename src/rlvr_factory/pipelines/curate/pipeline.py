@@ -6,7 +6,7 @@ from rlvr_factory.pipelines.curate.nodes import curate_preferences, curate_tasks
 def create_pipeline() -> Pipeline:
     return Pipeline(
         [
-            Node(curate_tasks, ["params:domain", "params:curate", "params:verify"],
+            Node(curate_tasks, ["params:domain", "params:curate", "params:verify", "flywheel_pool"],
                  ["tasks", "curate_quarantine", "curate_metrics"], name="curate_tasks"),
             Node(split_tasks, "tasks", ["train_tasks", "validation_tasks", "test_tasks"], name="split_tasks"),
         ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from rlvr_factory.domain_report import domain_gains, gain_summary
 from rlvr_factory.domains import get_domain, tasks_from_frame
 from rlvr_factory.evaluation import evaluate_policy
 from rlvr_factory.models.policy import Policy
@@ -23,11 +24,15 @@ def evaluate_on_test(
 
 
 def build_report(sft_eval: dict, rl_eval: dict, round_history: list[dict]) -> tuple[dict, dict]:
-    """`metrics.json` (SFT vs RL on test, the per-round curve) and its MLflow metrics."""
+    """`metrics.json` (SFT vs RL on test, the per-domain table sorted by gain, the per-round curve)
+    and its MLflow metrics."""
     val_curve = [r["val_greedy_accuracy"] for r in round_history]
+    domains = domain_gains(sft_eval, rl_eval, round_history[-1])
     report = {
         "sft": sft_eval,
         "rl": rl_eval,
+        "domains": domains,
+        "domain_summary": gain_summary(domains),
         "rl_minus_sft_greedy_accuracy": rl_eval["greedy_accuracy"] - sft_eval["greedy_accuracy"],
         "rounds": len(round_history),
         "best_round_val_greedy_accuracy": max(val_curve),
@@ -36,6 +41,7 @@ def build_report(sft_eval: dict, rl_eval: dict, round_history: list[dict]) -> tu
     }
     flat = {f"{stage}.{k}": v for stage in ("sft", "rl") for k, v in report[stage].items()}
     flat["rl_minus_sft_greedy_accuracy"] = report["rl_minus_sft_greedy_accuracy"]
+    flat.update({f"domains.{k}": v for k, v in report["domain_summary"].items()})
     metrics = {k.replace("@", "_at_"): {"value": float(v), "step": 0} for k, v in flat.items()}
     return report, metrics
 

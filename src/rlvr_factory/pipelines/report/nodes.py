@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from mlflow import MlflowClient
 
-from rlvr_factory import plots, summary, tracking
+from rlvr_factory import domain_report, plots, summary, tracking
 from rlvr_factory.domains import get_domain, tasks_from_frame
 from rlvr_factory.domains.cad import part_view_figures
 from rlvr_factory.evaluation import greedy_accuracy
@@ -41,6 +41,16 @@ def round_curves(round_history: list[dict], sft_validation: dict) -> pd.DataFram
 def plot_round_curves(curves: pd.DataFrame) -> Figure:
     """The round curves as a figure (logged to MLflow as a PNG)."""
     return plots.plot_round_curves(curves)
+
+
+def domain_table(*round_levels: pd.DataFrame) -> pd.DataFrame:
+    """Every round's per-domain table (level, pass rates, weight) stacked: domains x rounds, long form."""
+    return domain_report.domain_rounds(*round_levels)
+
+
+def plot_domain_heatmap(table: pd.DataFrame) -> Figure:
+    """The pass rate of every domain in every round as one heatmap (logged to MLflow as a PNG)."""
+    return domain_report.domain_heatmap(table)
 
 
 def summarize(eval_report: dict, sft_validation: dict) -> dict:

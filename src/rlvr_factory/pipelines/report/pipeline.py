@@ -1,8 +1,10 @@
-"""Report: after evaluation, the run's curves, summary, rollout sample and registered model (the `register` station)."""
+"""Report: after evaluation, the run's curves, per-domain heatmap, summary, rollout sample and registered model (the `register` station)."""
 
 from kedro.pipeline import Node, Pipeline
 
 from rlvr_factory.pipelines.report.nodes import (
+    domain_table,
+    plot_domain_heatmap,
     plot_round_curves,
     record_run,
     register_policy,
@@ -17,6 +19,7 @@ from rlvr_factory.pipelines.report.nodes import (
 def create_pipeline(rounds: int) -> Pipeline:
     """The report of a run of `rounds` RL rounds (it samples every round's scored rollouts)."""
     scored = [f"round_{k:03d}.scored" for k in range(rounds)]
+    levels = [f"round_{k:03d}.domain_levels" for k in range(rounds)]
     return Pipeline(
         [
             Node(sft_validation_accuracy,
@@ -24,6 +27,8 @@ def create_pipeline(rounds: int) -> Pipeline:
                  "sft_validation", name="sft_validation_accuracy"),
             Node(round_curves, ["round_history", "sft_validation"], "round_curves", name="round_curves"),
             Node(plot_round_curves, "round_curves", "round_curve_plot", name="plot_round_curves"),
+            Node(domain_table, levels, "domain_rounds", name="domain_table"),
+            Node(plot_domain_heatmap, "domain_rounds", "domain_heatmap", name="plot_domain_heatmap"),
             Node(summarize, ["eval_report", "sft_validation"], "summary_metrics", name="summarize"),
             Node(sample_rollouts, ["params:report", *scored], "rollout_sample", name="sample_rollouts"),
             Node(render_part_views, ["rollout_sample", "train_tasks", "params:domain", "params:report"], "part_views",

@@ -9,6 +9,7 @@ import time
 
 import pandas as pd
 
+from rlvr_factory.domain_report import without_domain_curves
 from rlvr_factory.domains import get_domain, tasks_from_frame
 from rlvr_factory.evaluation import greedy_accuracy
 from rlvr_factory.models.lora import LoraSettings, with_lora
@@ -19,6 +20,7 @@ from rlvr_factory.rollout.agent_loop import RolloutConfig, sample_episodes
 from rlvr_factory.rollout.dynamic import DynamicSampling, draw_groups
 from rlvr_factory.rollout.engine import SamplingConfig
 from rlvr_factory.training.grpo import UpdateConfig, rl_update
+from rlvr_factory.training.domain_levels import level_prompt_order, level_stats, track_domain_levels
 from rlvr_factory.training.lm import lr_factor, seed_everything
 from rlvr_factory.training.rounds import (
     observed_pass_rates, rollouts_frame, round_metrics, samples_from_scored, scored_frame, verdicts,
@@ -49,14 +51,19 @@ def initial_policy(sft_policy: Policy, model: dict) -> Policy:
     return Policy(with_lora(sft_policy.model, lora), sft_policy.tokenizer, sft_policy.version, sft_policy.optimizer_state)
 
 
-def _prompt_order(tasks: list, rl: dict, seed: int, pass_rates: pd.DataFrame | None) -> list[int]:
-    """Which train prompts the round draws, in order: a seeded sample, or the curriculum's order."""
+def _prompt_order(
+    tasks: list, rl: dict, seed: int, pass_rates: pd.DataFrame | None, domain_levels: pd.DataFrame | None
+) -> list[int]:
+    """Which train prompts the round draws, in order: a seeded sample, the curriculum's order, or the
+    per-domain curriculum's (each domain at its level, weighted by its learning signal)."""
     rng = random.Random(seed)
     curriculum = rl["curriculum"]
+    rates = dict(zip(pass_rates["task_id"], pass_rates["pass_rate"])) if pass_rates is not None else {}
+    if curriculum.get("levels", {}).get("enabled"):
+        return level_prompt_order(tasks, rates, domain_levels, curriculum, rng)
     if not curriculum["enabled"]:
         wanted = len(tasks) if rl["dynamic_sampling"]["enabled"] else rl["prompts_per_round"]
         return rng.sample(range(len(tasks)), wanted)
-    rates = dict(zip(pass_rates["task_id"], pass_rates["pass_rate"])) if pass_rates is not None else {}
     return prompt_order(
         [rates.get(t.task_id) for t in tasks], [t.difficulty for t in tasks], rng,
         tuple(curriculum["band"]), curriculum["band_fraction"], curriculum["difficulty_weights"],
@@ -65,7 +72,7 @@ def _prompt_order(tasks: list, rl: dict, seed: int, pass_rates: pd.DataFrame | N
 
 def rollout(
     policy: Policy, train_tasks: pd.DataFrame, rl: dict, domain: dict, verify: dict, rollout: dict,
-    pass_rates: pd.DataFrame | None = None, *, round_index: int,
+    pass_rates: pd.DataFrame | None = None, domain_levels: pd.DataFrame | None = None, *, round_index: int,
 ) -> tuple[pd.DataFrame, dict]:
     """Run `rl.samples_per_prompt` episodes on each of `rl.prompts_per_round` train tasks (the agent loop;
     `rollout.*` sets turns, context budget and environment execution).
@@ -76,7 +83,7 @@ def rollout(
     """
     seed = round_seed(rl, round_index)
     tasks = tasks_from_frame(train_tasks)
-    order = _prompt_order(tasks, rl, seed, pass_rates)
+    order = _prompt_order(tasks, rl, seed, pass_rates, domain_levels)
     env = get_domain(domain)
     config = RolloutConfig.from_params(rollout)
 
@@ -102,6 +109,15 @@ def track_pass_rates(scored: pd.DataFrame, rl: dict, previous: pd.DataFrame | No
     return pd.DataFrame({"task_id": sorted(rates), "pass_rate": [rates[t] for t in sorted(rates)]})
 
 
+def track_levels(
+    scored: pd.DataFrame, train_tasks: pd.DataFrame, rl: dict, previous: pd.DataFrame | None = None, *,
+    round_index: int,
+) -> pd.DataFrame:
+    """Each domain's curriculum level and online pass rate after this round, and its weight for the
+    next (the per-round domain table, logged to MLflow; read by the next round's rollout)."""
+    return track_domain_levels(scored, tasks_from_frame(train_tasks), rl["curriculum"], previous, round_index)
+
+
 def verify(rollouts: pd.DataFrame, train_tasks: pd.DataFrame, domain: dict, verify: dict) -> tuple[pd.DataFrame, dict]:
     """The `scored` table: each episode's verdict, its environment's or (for the answers environments
     leave to it) the domain's verifier's through the pool, in one batch.
@@ -123,8 +139,8 @@ def verify(rollouts: pd.DataFrame, train_tasks: pd.DataFrame, domain: dict, veri
 
 def update(
     policy: Policy, scored: pd.DataFrame, validation_tasks: pd.DataFrame, rollout_stats: dict,
-    verify_stats: dict, pass_rates: pd.DataFrame, domain: dict, verify: dict, rl: dict, evaluate: dict,
-    rollout: dict, reference: Policy | None = None, *, round_index: int,
+    verify_stats: dict, pass_rates: pd.DataFrame, domain_levels: pd.DataFrame, domain: dict, verify: dict, rl: dict,
+    evaluate: dict, rollout: dict, reference: Policy | None = None, *, round_index: int,
 ) -> tuple[Policy, dict, dict]:
     """One policy-gradient update on the round's scored rollouts, then the round's held-out accuracy.
 
@@ -159,6 +175,7 @@ def update(
         lr=config.lr,
         **round_metrics(scored, episodes.max_turns),
         **component_stats(scored),  # proxy vs gold when the reward is learned (overoptimisation.py)
+        **level_stats(domain_levels),
         tracked_tasks=len(pass_rates),
         tracked_in_band_fraction=float(pass_rates["pass_rate"].between(*band).mean()) if len(pass_rates) else 0.0,
         val_greedy_accuracy=val_accuracy,
@@ -167,7 +184,8 @@ def update(
         **rollout_stats,
         **verify_stats,
     )
-    history = {k: {"value": float(v), "step": round_index} for k, v in stats.items() if k != "round"}
+    curves = without_domain_curves(stats, set(domain_levels["domain"]), rl["domain_curves_max"])
+    history = {k: {"value": float(v), "step": round_index} for k, v in curves.items() if k != "round"}
     return policy, _reproducible(stats), history
 
 

@@ -9,6 +9,7 @@ from rlvr_factory.pipelines.rl.nodes import (
     initial_policy,
     rollout,
     summarize_rounds,
+    track_levels,
     track_pass_rates,
     update,
     verify,
@@ -26,21 +27,25 @@ def _for_round(func, round_index: int):
 
 
 def round_pipeline(round_index: int, with_reference: bool) -> Pipeline:
-    """The nodes of one round, reading `policy` (and, after round 0, `previous_pass_rates`)
-    and writing `next_policy` and `pass_rates`."""
+    """The nodes of one round, reading `policy` (and, after round 0, `previous_pass_rates` and
+    `previous_domain_levels`) and writing `next_policy`, `pass_rates` and `domain_levels`."""
     reference = ["reference_policy"] if with_reference else []
     previous = ["previous_pass_rates"] if round_index > 0 else []
+    previous_levels = ["previous_domain_levels"] if round_index > 0 else []
     return Pipeline(
         [
             Node(_for_round(rollout, round_index),
-                 ["policy", "train_tasks", "params:rl", "params:domain", "params:verify", "params:rollout", *previous],
+                 ["policy", "train_tasks", "params:rl", "params:domain", "params:verify", "params:rollout", *previous,
+                  *previous_levels],
                  ["rollouts", "rollout_stats"], name="rollout"),
             Node(verify, ["rollouts", "train_tasks", "params:domain", "params:verify"], ["scored", "verify_stats"],
                  name="verify"),
             Node(track_pass_rates, ["scored", "params:rl", *previous], "pass_rates", name="track_pass_rates"),
+            Node(_for_round(track_levels, round_index), ["scored", "train_tasks", "params:rl", *previous_levels],
+                 "domain_levels", name="track_levels"),
             Node(
                 _for_round(update, round_index),
-                ["policy", "scored", "validation_tasks", "rollout_stats", "verify_stats", "pass_rates",
+                ["policy", "scored", "validation_tasks", "rollout_stats", "verify_stats", "pass_rates", "domain_levels",
                  "params:domain", "params:verify", "params:rl", "params:evaluate", "params:rollout", *reference],
                 ["next_policy", "stats", "mlflow_metrics"],
                 name="update",
@@ -75,7 +80,8 @@ def create_pipeline(rounds: int, checkpoint_every: int = 0, with_reference: bool
     blocks = Pipeline([Node(initial_policy, ["sft_policy", "params:model"], "rl_initial_policy", name="initial_policy")])
     for k, name in enumerate(names):
         source = "rl_initial_policy" if k == 0 else _output_name(k - 1, rounds, checkpoint_every)
-        previous = {"previous_pass_rates": f"{names[k - 1]}.pass_rates"} if k > 0 else {}
+        previous = {"previous_pass_rates": f"{names[k - 1]}.pass_rates",
+                    "previous_domain_levels": f"{names[k - 1]}.domain_levels"} if k > 0 else {}
         blocks += pipeline(
             round_pipeline(k, with_reference), namespace=name,
             inputs={"policy": source, **previous, **{i: i for i in shared}},

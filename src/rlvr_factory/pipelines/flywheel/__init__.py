@@ -1,0 +1,3 @@
+from rlvr_factory.pipelines.flywheel.pipeline import create_pipeline
+
+__all__ = ["create_pipeline"]
