@@ -88,7 +88,7 @@ def usable_rows(scored: pd.DataFrame) -> pd.DataFrame:
 def _row_samples(r: Any) -> list[Sample]:
     """One episode's update samples: the whole trajectory, or one per turn (per-turn layout)."""
     truncated = r.finish_reason == "length"
-    components = declared_components(json.loads(r.reward_breakdown))
+    components = declared_components(json.loads(getattr(r, "reward_breakdown", "{}")))
     if not hasattr(r, "turns"):  # a table from before trajectories: one single-turn sample
         return [Sample(str(r.task_id), list(r.prompt_ids), list(r.completion_ids), float(r.reward), str(r.domain), truncated,
                        components=components)]
