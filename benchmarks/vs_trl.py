@@ -1,10 +1,14 @@
-"""Seconds per RL step: ours (`generate` + `verify_batch` + `rl_update`) vs TRL's `GRPOTrainer`.
+"""Seconds per RL step and peak memory: ours (`generate` + `verify_batch` + `rl_update`) vs TRL's `GRPOTrainer`.
 
     pip install -e ".[bench]"   # TRL
-    python benchmarks/vs_trl.py [--prompts 16] [--generations 8] [--max-new-tokens 40] [--steps 3]
+    python benchmarks/vs_trl.py [--prompts 16] [--generations 8] [--max-new-tokens 40] [--steps 3] [--models tiny,vocab152k]
 
-Both sides get an identical copy of the same tiny Llama (`--model`, e.g. the pipeline's SFT
-policy, which earns some reward; default: the embedded architecture, freshly initialised),
+Both sides get an identical copy of the same Llama: `tiny` (`--model`, e.g. the pipeline's SFT
+policy, which earns some reward; default: the embedded architecture, freshly initialised) and
+`vocab152k`, a freshly initialised ~54M-parameter Llama with Qwen2's 151,936-token vocabulary
+(tied embeddings; the byte tokenizer's ids are a subset, sampled ids beyond it decode to nothing),
+where the vocabulary-wide logits dominate memory. Each run is a process of its own, so its peak
+memory (resident set above what it held once the model and trainer were built) is its own;
 the same arithmetic train prompts, the same group size and completion budget, the same
 verifier as reward, fp32 on the CPU, one optimizer step per generation batch, no KL (TRL's default beta=0; ours kl_coef=0) and token-mean loss (TRL's
 default `dapo` loss). The two sides alternate `--repeats` times (so a busy machine slows both
@@ -19,10 +23,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
+import multiprocessing
+import re
+import resource
 import statistics
 import time
 from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import torch
 
@@ -72,22 +80,39 @@ class PhaseTimer:
         return timed
 
 
-def make_model(path: str | None, seed: int = 0):
-    """The policy at `path` (e.g. the pipeline's SFT policy), or a freshly initialised tiny Llama."""
-    if path:
+QWEN2_VOCAB = 151_936
+# The models compared: the embedded architecture, and one whose logits cost what a real vocabulary's do.
+MODELS = {"tiny": (TinyModelConfig(), None), "vocab152k": (TinyModelConfig(hidden_size=320, intermediate_size=864), QWEN2_VOCAB)}
+
+
+def make_model(kind: str, path: str | None, seed: int = 0):
+    """The policy at `path` (e.g. the pipeline's SFT policy) for `tiny`, or a freshly initialised Llama of `MODELS`."""
+    if path and kind == "tiny":
         policy = load_policy(path, device="cpu")
         return policy.model, policy.tokenizer
     tokenizer = build_byte_tokenizer()
-    model = build_tiny_model(TinyModelConfig(), len(tokenizer), tokenizer.pad_token_id, tokenizer.bos_token_id,
+    config, vocab = MODELS[kind]
+    model = build_tiny_model(config, vocab or len(tokenizer), tokenizer.pad_token_id, tokenizer.bos_token_id,
                              tokenizer.eos_token_id, seed)
     return model, tokenizer
 
 
-def run_ours(model, tokenizer, domain, batches, args, skip: bool = True) -> tuple[list[float], list[dict[str, float]], float, float]:
+def resident_mb() -> float:
+    """This process's resident memory now (MB)."""
+    return int(re.search(r"VmRSS:\s+(\d+)", Path("/proc/self/status").read_text())[1]) / 1024
+
+
+def peak_mb() -> float:
+    """This process's peak resident memory so far (MB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_ours(model, tokenizer, domain, batches, args, skip: bool = True) -> tuple[list[float], list[dict[str, float]], float, float, float]:
     policy = Policy(model, tokenizer)
     timer = PhaseTimer(model)
     config = UpdateConfig(lr=1e-5, minibatch_size=args.prompts * args.generations, warmup_steps=0,
                           skip_zero_advantage=skip)
+    setup = resident_mb()
     steps, phases, lengths, rewards = [], [], [], []
     for k, tasks in enumerate(batches):
         timer.seconds.clear()
@@ -106,10 +131,10 @@ def run_ours(model, tokenizer, domain, batches, args, skip: bool = True) -> tupl
         steps.append(time.perf_counter() - start)
         phases.append(dict(timer.seconds))
         lengths += [len(c.completion_ids) for c in completions]
-    return steps, phases, statistics.mean(lengths), statistics.mean(rewards)
+    return steps, phases, statistics.mean(lengths), statistics.mean(rewards), peak_mb() - setup
 
 
-def run_trl(model, tokenizer, domain, batches, args) -> tuple[list[float], list[dict[str, float]], float, float]:
+def run_trl(model, tokenizer, domain, batches, args) -> tuple[list[float], list[dict[str, float]], float, float, float]:
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -151,8 +176,23 @@ def run_trl(model, tokenizer, domain, batches, args) -> tuple[list[float], list[
     timer = PhaseTimer(trainer.model)
     trainer._generate = timer.wrap("generation", trainer._generate)
     trainer._calculate_rewards = timer.wrap("reward", trainer._calculate_rewards)
+    setup = resident_mb()
     trainer.train()
-    return steps, phases, statistics.mean(lengths), statistics.mean(rewards)
+    return steps, phases, statistics.mean(lengths), statistics.mean(rewards), peak_mb() - setup
+
+
+RUNNERS = {"ours": run_ours, "ours, no skip": lambda *a: run_ours(*a, skip=False), "trl": run_trl}
+
+
+def run_one(name: str, kind: str, args: argparse.Namespace):
+    """One framework's run on one model, in a process of its own (its peak memory is its own)."""
+    torch.set_num_threads(args.threads)
+    domain = ArithmeticDomain(LEVELS, {"train": args.prompts * (args.steps + 1)}, seed=0)
+    tasks = domain.generate_tasks()
+    batches = [tasks[i : i + args.prompts] for i in range(0, len(tasks), args.prompts)]
+    model, tokenizer = make_model(kind, args.model)
+    torch.manual_seed(0)
+    return (*RUNNERS[name](model, tokenizer, domain, batches, args), sum(p.numel() for p in model.parameters()))
 
 
 def main() -> None:
@@ -164,49 +204,51 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="alternating runs of each framework")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (both sides)")
     parser.add_argument("--trl-output-dir", default="/tmp/vs_trl")
+    parser.add_argument("--models", default="tiny,vocab152k", help=f"comma-separated, of {sorted(MODELS)}")
     parser.add_argument("--model", default=None,
-                        help="policy directory, e.g. data/06_models/sft_policy (default: a fresh tiny Llama)")
+                        help="policy directory for the `tiny` row, e.g. data/06_models/sft_policy (default: a fresh tiny Llama)")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-
-    domain = ArithmeticDomain(LEVELS, {"train": args.prompts * (args.steps + 1)}, seed=0)
-    tasks = domain.generate_tasks()
-    batches = [tasks[i : i + args.prompts] for i in range(0, len(tasks), args.prompts)]
-    model, tokenizer = make_model(args.model)
-    runners = {"ours": run_ours, "ours, no skip": lambda *a: run_ours(*a, skip=False), "trl": run_trl}
-    steps: dict[str, list[float]] = defaultdict(list)
-    phases: dict[str, list[dict[str, float]]] = defaultdict(list)
-    lengths: dict[str, list[float]] = defaultdict(list)
-    rewards: dict[str, list[float]] = defaultdict(list)
-    for _ in range(args.repeats):  # alternate the runs, so a busy machine slows each alike
-        for name, run in runners.items():
-            torch.manual_seed(0)
-            times, per_step, mean_length, mean_reward = run(copy.deepcopy(model), tokenizer, domain, batches, args)
-            steps[name] += times[1:]  # the first step of each run is a warm-up
-            phases[name] += per_step[1:]
-            lengths[name].append(mean_length)
-            rewards[name].append(mean_reward)
+    kinds = args.models.split(",")
+    if unknown := set(kinds) - MODELS.keys():
+        parser.error(f"unknown --models {sorted(unknown)}; choose from {sorted(MODELS)}")
 
     import trl
     print(f"one RL step: {args.prompts} prompts x {args.generations} generations, <= {args.max_new_tokens} new tokens, "
-          f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M-parameter Llama ({args.model or 'fresh init'}), "
           f"fp32 CPU, {args.threads} thread(s), trl {trl.__version__}; {args.repeats} alternating runs of "
-          f"{args.steps} timed steps each")
-    print("| framework | median s/step | min s/step | generation | reward | forward | rest | mean len | mean reward |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    median = {}
-    for name in runners:
-        median[name] = statistics.median(steps[name])
-        mean = {k: statistics.mean(p.get(k, 0.0) for p in phases[name]) for k in ("generation", "reward", "forward")}
-        rest = statistics.mean(steps[name]) - sum(mean.values())
-        print(f"| {name} | {median[name]:.3f} | {min(steps[name]):.3f} | {mean['generation']:.3f} | {mean['reward']:.3f} | "
-              f"{mean['forward']:.3f} | {rest:.3f} | {statistics.mean(lengths[name]):.1f} | "
-              f"{statistics.mean(rewards[name]):.3f} |")
-    for name in ("ours", "ours, no skip"):
-        print(f"speed-up of {name} over trl: median {median['trl'] / median[name]:.2f}x, "
-              f"min {min(steps['trl']) / min(steps[name]):.2f}x")
+          f"{args.steps} timed steps each, each run a process of its own")
+    print("| model | framework | median s/step | min s/step | generation | reward | forward | rest | peak MB | mean len | mean reward |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    spawn = multiprocessing.get_context("spawn")
+    for kind in kinds:
+        steps: dict[str, list[float]] = defaultdict(list)
+        phases: dict[str, list[dict[str, float]]] = defaultdict(list)
+        lengths: dict[str, list[float]] = defaultdict(list)
+        rewards: dict[str, list[float]] = defaultdict(list)
+        peaks: dict[str, list[float]] = defaultdict(list)
+        for _ in range(args.repeats):  # alternate the runs, so a busy machine slows each alike
+            for name in RUNNERS:
+                with ProcessPoolExecutor(1, mp_context=spawn) as pool:
+                    times, per_step, mean_length, mean_reward, peak, params = pool.submit(run_one, name, kind, args).result()
+                steps[name] += times[1:]  # the first step of each run is a warm-up
+                phases[name] += per_step[1:]
+                lengths[name].append(mean_length)
+                rewards[name].append(mean_reward)
+                peaks[name].append(peak)
+        label = f"{kind} ({params / 1e6:.1f}M{', ' + args.model if args.model and kind == 'tiny' else ''})"
+        median = {}
+        for name in RUNNERS:
+            median[name] = statistics.median(steps[name])
+            mean = {k: statistics.mean(p.get(k, 0.0) for p in phases[name]) for k in ("generation", "reward", "forward")}
+            rest = statistics.mean(steps[name]) - sum(mean.values())
+            print(f"| {label} | {name} | {median[name]:.3f} | {min(steps[name]):.3f} | {mean['generation']:.3f} | "
+                  f"{mean['reward']:.3f} | {mean['forward']:.3f} | {rest:.3f} | {max(peaks[name]):.0f} | "
+                  f"{statistics.mean(lengths[name]):.1f} | {statistics.mean(rewards[name]):.3f} |")
+        for name in ("ours", "ours, no skip"):
+            print(f"{kind}: {name} vs trl: speed median {median['trl'] / median[name]:.2f}x, "
+                  f"min {min(steps['trl']) / min(steps[name]):.2f}x; peak memory {max(peaks[name]) / max(peaks['trl']):.2f}x")
     print("(phases: mean seconds per timed step; forward = model forward passes outside generation (log-probs); "
-          "rest = backward + optimizer + glue)")
+          "rest = backward + optimizer + glue; peak MB = the run's peak resident memory above what it held once set up)")
+
 
 if __name__ == "__main__":
     main()

@@ -24,7 +24,7 @@ STAGES = ["curate", "base_model", "sft", "rl", "evaluate", "report", "preference
 UPSTREAM = {"base_model": ["curate"], "sft": ["base_model"], "rl": ["sft"], "evaluate": ["rl"], "report": ["evaluate"],
             "preferences": ["base_model"], "reward_model": ["preferences", "sft"], "preference": ["preferences", "evaluate"]}
 # What a clone holds: the tracked project files, with data/ and mlruns/ as empty layers.
-CLONED = ["conf/base", "conf/logging.yml", "src", "pyproject.toml", "dvc.yaml", ".dvc/config", ".dvc/.gitignore",
+CLONED = ["conf/base", "conf/logging.yml", "src", "pyproject.toml", "requirements.lock", "dvc.yaml", ".dvc/config", ".dvc/.gitignore",
           ".dvc/plots", ".dvcignore", ".gitignore", ".telemetry"]
 RLVR_PARAMS = "conf/base/parameters_rlvr.yml"
 EXPERIMENTS = {"lr-low": 1e-4, "lr-high": 1e-2}  # name -> rl.update.lr

@@ -7,6 +7,7 @@ import re
 import tomllib
 
 from tests.pipelines.conftest import PROJECT_ROOT
+from tests.test_lock import LOCK_EXTRAS
 
 TEST_TOOLS = {"pytest", "dvc", "datasets", "nbclient", "nbformat", "ipykernel", "playwright", "ray", "kedro-viz",
               "reasoning-gym"}
@@ -16,9 +17,9 @@ def _script(name: str) -> str:
     return (PROJECT_ROOT / name).read_text()
 
 
-def _extras(script: str) -> set[str]:
-    """The extras a script installs the project with (`pip install -e ".[a,b]"`)."""
-    return {e for group in re.findall(r'-e "\.\[([\w,-]+)\]"', script) for e in group.split(",")}
+def _extras(lock: str) -> set[str]:
+    """The extras a lock file holds (scripts/lock.py resolves it from pyproject.toml with them)."""
+    return set(LOCK_EXTRAS[lock])
 
 
 def _apt(script: str) -> set[str]:
@@ -35,7 +36,8 @@ def _names(requirements: list[str]) -> set[str]:
 
 def test_the_runtime_install_has_no_test_tools():
     install = _script("scripts/install.sh")
-    assert _extras(install) == {"cpu"}
+    assert "lock=${RLVR_LOCK:-requirements.lock}" in install and '--require-hashes --no-deps -r "$lock"' in install
+    assert _extras("requirements.lock") == {"cpu"}
     assert _apt(install) == {"bubblewrap"}  # the code domain's sandbox
     assert not _names(_project()["dependencies"]) & TEST_TOOLS
     assert not _names(_project()["optional-dependencies"]["cpu"]) & TEST_TOOLS
@@ -43,10 +45,10 @@ def test_the_runtime_install_has_no_test_tools():
 
 def test_the_test_install_is_the_runtime_plus_every_test_tool():
     test = _script("scripts/test.sh")
-    assert "bash scripts/install.sh" in test
+    assert "RLVR_LOCK=requirements-test.lock bash scripts/install.sh" in test
     extras = _project()["optional-dependencies"]
-    assert _extras(test) <= extras.keys()
-    assert TEST_TOOLS <= _names([r for extra in _extras(test) for r in extras[extra]])
+    assert _extras("requirements-test.lock") <= extras.keys()
+    assert TEST_TOOLS <= _names([r for extra in _extras("requirements-test.lock") for r in extras[extra]])
     assert _apt(test) == {"chromium"}  # the MLflow UI test's browser
     assert "python -m pytest" in test
 

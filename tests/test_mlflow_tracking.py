@@ -3,6 +3,8 @@ to its commit and DVC state."""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import subprocess
 from pathlib import Path
 
@@ -96,6 +98,16 @@ def test_dvc_experiment_variables_become_tags(repo):
     env = {"DVC_EXP_NAME": "lr-high", "DVC_STAGE": "rl", "DVC_EXP_BASELINE_REV": "abc123", "DVC_ROOT": "/x"}
     tags = tracking.lineage_tags(repo, environ=env)
     assert (tags["dvc.exp_name"], tags["dvc.stage"], tags["dvc.exp_baseline_rev"]) == ("lr-high", "rl", "abc123")
+
+
+def test_a_run_is_tagged_with_the_locked_environment_and_whether_it_is_installed(repo):
+    torch_version = importlib.metadata.version("torch")
+    (repo / "requirements.lock").write_text(f"torch=={torch_version} \\\n    --hash=sha256:00\n")
+    tags = tracking.lineage_tags(repo, environ={})
+    assert tags["env.lock_sha256"] == hashlib.sha256((repo / "requirements.lock").read_bytes()).hexdigest()
+    assert tags["env.locked"] == "true"
+    (repo / "requirements.lock").write_text(f"torch=={torch_version}\nnumpy==0.0.1\n")
+    assert tracking.lineage_tags(repo, environ={})["env.locked"] == "false"  # numpy is installed at another version
 
 
 def test_outside_a_git_repository_there_are_no_git_tags(tmp_path):

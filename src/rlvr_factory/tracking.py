@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
+from importlib import metadata
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -17,6 +19,8 @@ DVC_EXP_NAME = "DVC_EXP_NAME"  # set by `dvc exp run` (workspace, --temp and --q
 DVC_EXP_BASELINE_REV = "DVC_EXP_BASELINE_REV"  # the commit an experiment starts from
 DVC_STAGE = "DVC_STAGE"  # the stage DVC is running
 SQLITE_PREFIX = "sqlite:///"
+ENV_LOCK = "requirements.lock"  # the locked runtime environment (scripts/lock.py writes it)
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", re.MULTILINE)
 
 
 def store_root(project_root: str | Path) -> Path:
@@ -45,13 +49,31 @@ def _git(root: Path, *args: str) -> str | None:
     return done.stdout.strip()
 
 
+def _installed(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def environment_tags(lock: Path) -> dict[str, str]:
+    """`env.lock_sha256` (the locked environment's file) and `env.locked` (whether every package
+    it pins is installed at exactly that version), or nothing where there is no lock."""
+    if not lock.exists():
+        return {}
+    text = lock.read_text()
+    locked = all(_installed(name) == version for name, version in _PIN.findall(text))
+    return {"env.lock_sha256": hashlib.sha256(text.encode()).hexdigest(), "env.locked": str(locked).lower()}
+
+
 def lineage_tags(project_root: str | Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """Tags that lead from a run back to what reproduces it.
 
     `git.commit` (also as MLflow's own `mlflow.source.git.commit`, which the UI shows),
     `git.dirty` (code or configuration differs from the commit; DVC's own files do not count:
     `dvc.lock`, rewritten as each stage of a `dvc repro` finishes, and the `data/` layers it
-    writes, whose state is the lock), `dvc.lock_sha256` (the lock as this run starts) and,
+    writes, whose state is the lock), `dvc.lock_sha256` (the lock as this run starts), the
+    locked environment's `env.lock_sha256` and `env.locked` (see `environment_tags`) and,
     when DVC runs the command, `dvc.stage`, `dvc.exp_name` and `dvc.exp_baseline_rev`.
     """
     root = Path(project_root)
@@ -64,6 +86,7 @@ def lineage_tags(project_root: str | Path, environ: Mapping[str, str] | None = N
     lock = root / "dvc.lock"
     if lock.exists():
         tags["dvc.lock_sha256"] = hashlib.sha256(lock.read_bytes()).hexdigest()
+    tags.update(environment_tags(root / ENV_LOCK))
     for var, tag in ((DVC_STAGE, "dvc.stage"), (DVC_EXP_NAME, "dvc.exp_name"), (DVC_EXP_BASELINE_REV, "dvc.exp_baseline_rev")):
         if env.get(var):
             tags[tag] = env[var]
