@@ -63,10 +63,12 @@ def _served_model(policy: Policy) -> torch.nn.Module:
     return merged_copy(policy.model) if is_lora(policy.model) else policy.model
 
 
-def _describe(config: Any) -> str:
+def _describe(model: torch.nn.Module) -> str:
+    """The architecture and head size of a model, as vLLM's limits name them."""
+    config = model.config
     heads = getattr(config, "num_attention_heads", None)
     head_size = getattr(config, "head_dim", None) or (config.hidden_size // heads if heads else None)
-    return f"{'/'.join(getattr(config, 'architectures', None) or [config.model_type])}, head size {head_size}"
+    return f"{'/'.join(getattr(config, 'architectures', None) or [type(model).__name__])}, head size {head_size}"
 
 
 class VllmEngine:
@@ -129,9 +131,9 @@ class VllmEngine:
         except Exception as e:  # vLLM raises many kinds (ValueError, RuntimeError, NotImplementedError, ...)
             raise EngineStartError(
                 f"vLLM cannot serve the model {policy.model.config.name_or_path or self._weights} "
-                f"({_describe(policy.model.config)}): {type(e).__name__}: {e}. Use rollout.engine=transformers."
+                f"({_describe(_served_model(policy))}): {type(e).__name__}: {e}. Use rollout.engine=transformers."
             ) from e
-        log.info("vLLM %s started in %.1f s (%s)", vllm.__version__, time.perf_counter() - start, _describe(policy.model.config))
+        log.info("vLLM %s started in %.1f s (%s)", vllm.__version__, time.perf_counter() - start, _describe(_served_model(policy)))
         return llm
 
     def push_weights(self, policy: Policy) -> float:
