@@ -33,7 +33,7 @@ except ImportError:
 
 from rlvr_factory.rollout.vllm_engine import EngineStartError, VllmEngine, VllmSettings, WeightSyncError  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
+pytestmark = [pytest.mark.vllm, pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")]
 
 SERVED = 64  # hidden size of the tiny test Llamas: 2 heads of 32 (the CPU attention kernels start at 32)
 GREEDY = SamplingConfig(max_new_tokens=12, temperature=0.0)

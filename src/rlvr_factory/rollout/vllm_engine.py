@@ -14,17 +14,19 @@ Prefix caching serves the prompt a group's samples share and each multi-turn his
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 from safetensors.torch import save_file
@@ -69,6 +71,22 @@ def _describe(model: torch.nn.Module) -> str:
     heads = getattr(config, "num_attention_heads", None)
     head_size = getattr(config, "head_dim", None) or (config.hidden_size // heads if heads else None)
     return f"{'/'.join(getattr(config, 'architectures', None) or [type(model).__name__])}, head size {head_size}"
+
+
+@contextlib.contextmanager
+def _resolvable_werkzeug_proxies() -> Iterator[None]:
+    """A Flask request context while vLLM starts, when Flask is loaded (MLflow loads it).
+
+    At start-up vLLM 0.32's CPU platform probes every attribute of every loaded module with
+    `hasattr`; werkzeug's context-local proxies (`flask.request`, `flask.g`) raise RuntimeError
+    there outside a request context, which would abort the start.
+    """
+    flask = sys.modules.get("flask")
+    if flask is None:
+        yield
+        return
+    with flask.Flask(__name__).test_request_context():
+        yield
 
 
 class VllmEngine:
@@ -119,15 +137,16 @@ class VllmEngine:
             ) from e
         start = time.perf_counter()
         try:
-            llm = vllm.LLM(
-                model=str(self._weights), skip_tokenizer_init=True, dtype=settings.dtype, seed=0,
-                enable_prefix_caching=settings.enable_prefix_caching, max_model_len=settings.max_model_len,
-                max_num_seqs=settings.max_num_seqs, gpu_memory_utilization=settings.gpu_memory_utilization,
-                enforce_eager=settings.enforce_eager, logprobs_mode="processed_logprobs",
-            )
-            # Some limits (the CPU attention kernels' head sizes) only show on the first forward pass.
-            llm.generate([vllm.TokensPrompt(prompt_token_ids=[self.eos])], vllm.SamplingParams(max_tokens=1),
-                         use_tqdm=False)
+            with _resolvable_werkzeug_proxies():
+                llm = vllm.LLM(
+                    model=str(self._weights), skip_tokenizer_init=True, dtype=settings.dtype, seed=0,
+                    enable_prefix_caching=settings.enable_prefix_caching, max_model_len=settings.max_model_len,
+                    max_num_seqs=settings.max_num_seqs, gpu_memory_utilization=settings.gpu_memory_utilization,
+                    enforce_eager=settings.enforce_eager, logprobs_mode="processed_logprobs",
+                )
+                # Some limits (the CPU attention kernels' head sizes) only show on the first forward pass.
+                llm.generate([vllm.TokensPrompt(prompt_token_ids=[self.eos])], vllm.SamplingParams(max_tokens=1),
+                             use_tqdm=False)
         except Exception as e:  # vLLM raises many kinds (ValueError, RuntimeError, NotImplementedError, ...)
             raise EngineStartError(
                 f"vLLM cannot serve the model {policy.model.config.name_or_path or self._weights} "
@@ -208,13 +227,16 @@ class VllmEngine:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-_RUNNING: dict[str, VllmEngine] = {}  # the process's engine, by the model config and settings it serves
+_RUNNING: dict[str, VllmEngine] = {}  # the process's engine, by the model architecture and settings it serves
+NOT_ARCHITECTURE = ("_name_or_path", "name_or_path", "transformers_version", "architectures", "dtype", "torch_dtype",
+                    "tie_word_embeddings")  # config entries a served model may change without a restart
 
 
 def shared_engine(policy: Policy, settings: VllmSettings) -> VllmEngine:
     """The process's running engine for this model and settings (started on first use, another one closed)."""
     served = policy.model.base_model.model.config if is_lora(policy.model) else policy.model.config
-    key = json.dumps({"model": served.to_dict(), "settings": asdict(settings)}, sort_keys=True, default=str)
+    architecture = {k: v for k, v in served.to_dict().items() if k not in NOT_ARCHITECTURE}
+    key = json.dumps({"model": architecture, "settings": asdict(settings)}, sort_keys=True, default=str)
     engine = _RUNNING.get(key)
     if engine is None:
         for other in list(_RUNNING):
