@@ -37,6 +37,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.filterwarnings("ignore::DeprecationW
 
 SERVED = 64  # hidden size of the tiny test Llamas: 2 heads of 32 (the CPU attention kernels start at 32)
 GREEDY = SamplingConfig(max_new_tokens=12, temperature=0.0)
+LONG_PROMPT = "Compute " + "12+" * 20 + "3"  # a few KV blocks long
 
 
 def servable(seed: int = 0) -> Policy:
@@ -168,6 +169,35 @@ def test_multi_turn_episodes_on_vllm_are_the_transformers_engines(engine):
     assert [e.loss_mask for e in ours] == [e.loss_mask for e in theirs]
     assert [len(e.turns) for e in ours] == [3] * 4
     assert stats["engine_new_tokens"] == sum(e.policy_tokens for e in ours)
+
+
+def test_a_groups_shared_prompt_and_a_continued_history_come_from_the_prefix_cache(engine):
+    policy = servable(seed=4)  # weights no earlier test pushed: a cold cache
+    engine.sync(policy)
+    group = [Request(encode_prompts(policy.tokenizer, [LONG_PROMPT])[0])] * 8
+    generations, stats = engine.generate(group, SamplingConfig(max_new_tokens=8, seed=1))
+    prompt = len(group[0].context)
+    full_blocks = prompt // engine.block_size * engine.block_size
+    assert full_blocks > 0
+    assert stats.cached_tokens == 7 * full_blocks  # all but the first sample reuse the prompt's full blocks
+    assert stats.prefill_tokens + stats.cached_tokens == 8 * prompt
+    history = [Request(list(r.context) + g.token_ids + [65, 66]) for r, g in zip(group, generations)]
+    _, stats = engine.generate(history, SamplingConfig(max_new_tokens=4, seed=2))
+    assert stats.cached_tokens >= 8 * full_blocks
+
+
+def test_the_agent_loop_reports_the_cache_hit_rate(engine):
+    from rlvr_factory.domains import Task
+
+    policy = servable(seed=5)
+    engine.sync(policy)
+    tasks = [Task("t0", "arithmetic", LONG_PROMPT, {"answer": "42"}, 1, "test", "test")]
+    config = RolloutConfig()
+    _, stats = run_episodes(engine, chat_format(policy.tokenizer, config), tasks, 8, lambda t: EchoEnvironment(turns=1),
+                            config, SamplingConfig(max_new_tokens=4))
+    assert stats["engine_cache_hit_rate"] == stats["engine_cached_tokens"] / (
+        stats["engine_cached_tokens"] + stats["engine_prefill_tokens"])
+    assert stats["engine_cache_hit_rate"] > 0
 
 
 def test_a_weight_push_that_fails_stops_with_the_policy_version(engine):

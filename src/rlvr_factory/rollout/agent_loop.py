@@ -123,7 +123,8 @@ def run_episodes(
 ) -> tuple[list[Episode], dict[str, float]]:
     """`samples` episodes of each task (task-major order) and the loop's stats: `rollout_seconds`,
     `tokens_per_second`, `env_seconds` and the engine's counts (`engine_seconds`, `engine_new_tokens`,
-    `engine_prefill_tokens` and `engine_cached_tokens`, also per turn as `engine_prefill_tokens_turn_<t>`)."""
+    `engine_prefill_tokens` and `engine_cached_tokens`, also per turn as `engine_prefill_tokens_turn_<t>`,
+    and `engine_cache_hit_rate`, the share of context tokens a cache held)."""
     start = time.perf_counter()
     per_turn = episode_layout(chat, config)
     jobs = [(i, s) for i in range(len(tasks)) for s in range(samples)]
@@ -154,8 +155,10 @@ def run_episodes(
                 _advance(episodes[k], result, chat, histories[k], last_turn=turn + 1 == config.max_turns)
         stats["env_seconds"] = executor.seconds
     _log_failures(episodes)
+    context_tokens = stats["engine_prefill_tokens"] + stats["engine_cached_tokens"]
     stats.update(rollout_seconds=time.perf_counter() - start,
-                 tokens_per_second=stats["engine_new_tokens"] / max(stats["engine_seconds"], 1e-9))
+                 tokens_per_second=stats["engine_new_tokens"] / max(stats["engine_seconds"], 1e-9),
+                 engine_cache_hit_rate=stats["engine_cached_tokens"] / max(context_tokens, 1))
     return episodes, dict(stats)
 
 

@@ -45,6 +45,7 @@ class VllmSettings:
     enable_prefix_caching: bool = True  # reuse KV blocks of shared prompts and multi-turn histories
     max_model_len: int | None = None  # longest context+completion; null: the model's max_position_embeddings
     max_num_seqs: int = 256  # sequences vLLM schedules at once
+    block_size: int = 32  # tokens per KV block, the unit prefix caching shares (CPU: a multiple of 32; vLLM's CPU default, 128, is longer than most prompts here)
     in_process: bool = True  # run the engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): 3-4 s start-up instead of 15-20 s
     cpu_kv_cache_gib: int = 1  # CPU build: GiB of KV cache (VLLM_CPU_KVCACHE_SPACE, whole GiB)
     cpu_threads_bind: str | None = None  # CPU build: cores of the worker's OpenMP threads, e.g. "0-1"; null: vLLM's default
@@ -89,6 +90,10 @@ def _resolvable_werkzeug_proxies() -> Iterator[None]:
         yield
 
 
+def _after_round(version: int) -> str:
+    return f" (after round {version - 1}'s update)" if version > 0 else ""
+
+
 class VllmEngine:
     """`Engine` over a running `vllm.LLM`; `push_weights` replaces its weights without a restart."""
 
@@ -102,6 +107,7 @@ class VllmEngine:
         self._save(policy)
         self.eos = policy.tokenizer.eos_token_id
         self.llm = self._start(policy)
+        self.block_size = self.llm.llm_engine.vllm_config.cache_config.block_size  # the unit of prefix caching
         self.loaded = (id(policy.model), policy.version)
 
     def _save(self, policy: Policy) -> None:
@@ -141,7 +147,7 @@ class VllmEngine:
                 llm = vllm.LLM(
                     model=str(self._weights), skip_tokenizer_init=True, dtype=settings.dtype, seed=0,
                     enable_prefix_caching=settings.enable_prefix_caching, max_model_len=settings.max_model_len,
-                    max_num_seqs=settings.max_num_seqs, gpu_memory_utilization=settings.gpu_memory_utilization,
+                    max_num_seqs=settings.max_num_seqs, block_size=settings.block_size, gpu_memory_utilization=settings.gpu_memory_utilization,
                     enforce_eager=settings.enforce_eager, logprobs_mode="processed_logprobs",
                 )
                 # Some limits (the CPU attention kernels' head sizes) only show on the first forward pass.
@@ -169,8 +175,7 @@ class VllmEngine:
             self.llm.reset_prefix_cache()
         except Exception as e:
             raise WeightSyncError(
-                f"pushing the weights of policy version {policy.version} (after round {policy.version - 1}'s update) "
-                f"into vLLM failed: {type(e).__name__}: {e}. The run stops here rather than sample from stale "
+                f"pushing the weights of policy version {policy.version}{_after_round(policy.version)} into vLLM failed: {type(e).__name__}: {e}. The run stops here rather than sample from stale "
                 "weights; resume from the last checkpoint, or use rollout.engine=transformers."
             ) from e
         seconds = time.perf_counter() - start
