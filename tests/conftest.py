@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -73,3 +75,14 @@ def byte_tokenizer():
 def tiny_policy() -> Policy:
     """A tiny, randomly initialised (seeded) Llama policy on the CPU; fresh for every test."""
     return make_tiny_policy(seed=0)
+
+
+def skip_without_vllm() -> None:
+    """Skip the calling test module when vLLM is not installed; fail instead where RLVR_REQUIRE_VLLM is set (CI)."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        if os.environ.get("RLVR_REQUIRE_VLLM"):
+            raise RuntimeError("RLVR_REQUIRE_VLLM is set but vLLM is not installed: run `bash scripts/install_vllm.sh`")
+        pytest.skip("vLLM is not installed: `bash scripts/install_vllm.sh` puts the CPU build in .venv-vllm",
+                    allow_module_level=True)

@@ -7,8 +7,6 @@ weights into it first. Without vLLM installed the module skips, unless RLVR_REQU
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
@@ -19,17 +17,11 @@ from rlvr_factory.rollout.engine import Request, SamplingConfig
 from rlvr_factory.rollout.hf import TransformersEngine
 from rlvr_factory.training.lm import join_prompt_completion, token_logprobs
 from rlvr_factory.training.sft import encode_prompts
-from tests.conftest import make_scripted_policy, make_tiny_policy
+from tests.conftest import make_scripted_policy, make_tiny_policy, skip_without_vllm
 from tests.rollout.envs import EchoEnvironment
 from tests.rollout.policies import PROMPTS
 
-try:
-    import vllm  # noqa: F401
-except ImportError:
-    if os.environ.get("RLVR_REQUIRE_VLLM"):
-        raise RuntimeError("RLVR_REQUIRE_VLLM is set but vLLM is not installed: run `bash scripts/install_vllm.sh`")
-    pytest.skip("vLLM is not installed: `bash scripts/install_vllm.sh` puts the CPU build in .venv-vllm",
-                allow_module_level=True)
+skip_without_vllm()
 
 from rlvr_factory.rollout.vllm_engine import EngineStartError, VllmEngine, VllmSettings, WeightSyncError  # noqa: E402
 

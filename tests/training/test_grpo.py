@@ -320,14 +320,14 @@ def with_sampling_logprobs(policy, samples, shift: float = 0.0):
 def test_the_update_reports_how_far_the_sampling_log_probs_are_from_the_trainers(tiny_policy, contrast):
     samples = with_sampling_logprobs(tiny_policy, contrast[3], shift=-0.5)
     stats = rl_update(tiny_policy, samples, UpdateConfig())
-    assert stats["logprob_mismatch_abs_mean"] == pytest.approx(0.5, abs=1e-4)
-    assert stats["logprob_mismatch_abs_max"] == pytest.approx(0.5, abs=1e-4)
-    assert stats["logprob_mismatch_kl"] == pytest.approx(math.exp(0.5) - 1.5, abs=1e-4)
+    assert stats["engine_logprob_mismatch_abs_mean"] == pytest.approx(0.5, abs=1e-4)
+    assert stats["engine_logprob_mismatch_abs_max"] == pytest.approx(0.5, abs=1e-4)
+    assert stats["engine_logprob_mismatch_kl"] == pytest.approx(math.exp(0.5) - 1.5, abs=1e-4)
 
 
 def test_samples_without_sampling_log_probs_report_no_mismatch(tiny_policy, contrast):
     stats = rl_update(tiny_policy, contrast[3], UpdateConfig())
-    assert not any(k.startswith("logprob_mismatch") for k in stats)
+    assert not any(k.startswith("engine_logprob_mismatch") for k in stats)
 
 
 @pytest.mark.parametrize("shift, factor", [(0.0, 1.0), (-5.0, 2.0), (math.log(4), 0.25)])

@@ -31,7 +31,7 @@ from rlvr_factory.rl.mismatch import logprob_mismatch, truncated_importance_weig
 from rlvr_factory.training.lm import join_prompt_completion, lr_factor, make_optimizer, minibatches, token_logprobs
 
 
-MISMATCH_KEYS = ("logprob_mismatch_abs_mean", "logprob_mismatch_kl")  # token-weighted means over the round
+MISMATCH_KEYS = ("engine_logprob_mismatch_abs_mean", "engine_logprob_mismatch_kl")  # token-weighted means over the round
 
 
 @dataclass(frozen=True)
@@ -280,7 +280,7 @@ def rl_update(
     policy.version += 1
     stats.update({k: v / steps for k, v in totals.items()})
     if all(s.sampling_logprobs is not None for s in samples):
-        stats["logprob_mismatch_abs_max"] = mismatch_max
+        stats["engine_logprob_mismatch_abs_max"] = mismatch_max
     else:
         for key in MISMATCH_KEYS:
             del stats[key]
@@ -325,8 +325,8 @@ def _micro_step(model, part: list[Sample], rows: list[int], train: bool, step: d
     if sampling is not None:
         sampling = sampling.to(ctx.device)
         gap = logprob_mismatch(old, sampling, cmask)
-        step["logprob_mismatch_abs_mean"] += gap["abs_mean"] * weight
-        step["logprob_mismatch_kl"] += gap["kl"] * weight
+        step["engine_logprob_mismatch_abs_mean"] += gap["abs_mean"] * weight
+        step["engine_logprob_mismatch_kl"] += gap["kl"] * weight
         step["mismatch_max"] = max(step.get("mismatch_max", 0.0), gap["abs_max"])
     if config.engine_is_correction:
         if sampling is None:
