@@ -1,15 +1,13 @@
 #!/usr/bin/env bash
-# Install the project with the CPU build of torch (an unpinned torch pulls a multi-GB CUDA build),
-# plus the system tools the tests use: bubblewrap (the code sandbox) and Chromium (the MLflow UI test).
+# Install what a run needs (`kedro run --pipelines=rlvr`, any domain): the project with the CPU
+# build of torch (an unpinned torch pulls a multi-GB CUDA build), and bubblewrap, the code
+# domain's sandbox. The test tools come with scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-missing=()
-command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
-command -v chromium >/dev/null 2>&1 || missing+=(chromium)
-if [ ${#missing[@]} -gt 0 ] && command -v apt-get >/dev/null 2>&1; then
+if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
     sudo=$([ "$(id -u)" = 0 ] || echo sudo)
     $sudo apt-get update -qq
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap
 fi
 python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
-python -m pip install --quiet --disable-pip-version-check -e ".[cpu,dev,data,notebook,ui,ray]"
+python -m pip install --quiet --disable-pip-version-check -e ".[cpu]"

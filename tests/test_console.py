@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 RLVR = Path(sys.executable).with_name("rlvr")
 
@@ -42,7 +45,7 @@ def test_a_malformed_row_gets_an_error_and_the_others_still_run(tmp_path):
         json.dumps({"id": 3, "completion": "\\boxed{3}", "reference": {"answer": "3"}}),
     ]
     result, out = _run(tmp_path, rows)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # some rows could not be judged
     assert [r["status"] for r in out] == ["error", "error", "error", "ok"]
     assert all(r["message"] for r in out[:3])
     assert out[3]["correct"] is True
@@ -80,7 +83,7 @@ def test_code_rows_are_run_in_the_sandbox_in_input_order(tmp_path):
         {"id": "d", "completion": "    while True:\n        pass\n", "reference": HUMANEVAL},
         {"id": "e", "completion": "    return x\n", "reference": {"format": "humaneval", "prompt": "x"}},
     ]
-    result, out = _verify_code(tmp_path, rows, "--workers", "2", "--timeout", "1")
+    result, out = _verify_code(tmp_path, rows, "--workers", "2", "--timeout", "1", "--allow-errors")
     assert result.returncode == 0, result.stderr
     assert [r["id"] for r in out] == ["a", "b", "c", "d", "e"]
     assert [r["correct"] for r in out] == [True, True, False, False, False]
@@ -109,3 +112,113 @@ def test_sandbox_run_json_reports_the_run():
 def test_sandbox_run_needs_a_command():
     result = _sandbox("--json")
     assert result.returncode == 2 and "needs a command" in result.stderr
+
+
+# Any line at all: each bad line is an error row with a message, every good row is still scored.
+
+GOOD = json.dumps({"id": "good", "completion": "\\boxed{4}", "reference": {"answer": "4"}})
+BAD_LINES = {
+    "invalid_utf8": b'{"id": "x", "completion": "\xff\xfe\xfd"}',
+    "deep_nesting": b"[" * 100_000 + b"]" * 100_000,
+    "a_5000_digit_number": b'{"id": ' + b"9" * 5000 + b', "completion": "1"}',
+    "binary": bytes(b for b in range(256) if b != 10) * 4,
+    "nul_bytes_in_json": b'{"id": 1,\x00 "completion": "x"}',
+    "deep_reference": b'{"completion": "1", "reference": ' + b'{"a": ' * 50_000 + b"1" + b"}" * 50_000 + b"}",
+}
+
+
+def _verify_bytes(tmp_path: Path, data: bytes, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_bytes(data)
+    result = subprocess.run([str(RLVR), "verify", "--input", str(src), "--output", str(dst), *args],
+                            capture_output=True, text=True, timeout=300)
+    return result, [json.loads(line) for line in dst.read_text().splitlines()] if dst.exists() else []
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_LINES))
+def test_a_line_of_any_bytes_is_an_error_row_and_the_good_rows_are_kept(tmp_path, kind):
+    data = GOOD.encode() + b"\n" + BAD_LINES[kind] + b"\n" + GOOD.encode() + b"\n"
+    result, out = _verify_bytes(tmp_path, data, "--workers", "1")
+    assert [r["status"] for r in out] == ["ok", "error", "ok"], result.stderr
+    assert out[1]["message"] and out[1]["reward"] == 0.0
+    assert out[0]["correct"] and out[2]["correct"]
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+
+
+def test_allow_errors_exits_zero_and_a_clean_file_exits_zero(tmp_path):
+    data = GOOD.encode() + b"\n{oops\n"
+    assert _verify_bytes(tmp_path, data, "--allow-errors")[0].returncode == 0
+    assert _verify_bytes(tmp_path, GOOD.encode() + b"\n")[0].returncode == 0
+
+
+def test_stdin_and_stdout_are_dash(tmp_path):
+    done = subprocess.run([str(RLVR), "verify", "--input", "-", "--output", "-"], input=GOOD + "\n",
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and json.loads(done.stdout)["correct"] is True
+
+
+def test_a_missing_input_is_a_one_line_error(tmp_path):
+    done = subprocess.run([str(RLVR), "verify", "--input", str(tmp_path / "nope.jsonl"), "--output",
+                           str(tmp_path / "out.jsonl")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"rlvr verify: cannot read --input {str(tmp_path / 'nope.jsonl')!r}: No such file or directory"]
+
+
+def test_the_help_lists_every_registered_domain_with_a_line_of_help():
+    from rlvr_factory.domains import known_domains
+
+    shown = subprocess.run([str(RLVR), "verify", "--help"], capture_output=True, text=True, timeout=120).stdout
+    listed = {line.split()[0]: line for line in shown.split("domains:\n")[1].splitlines() if line.strip()}
+    assert set(listed) == set(known_domains())
+    assert all(len(line.split()) > 2 for line in listed.values())
+
+
+def test_every_registered_domain_is_accepted_extraction_included(tmp_path):
+    from rlvr_factory.domains import ExtractionDomain
+
+    task = ExtractionDomain(splits={"train": 1}).generate_tasks()[0]
+    right = ExtractionDomain.demonstration(None, task)  # type: ignore[arg-type]  # uses only the task
+    rows = [{"id": "right", "completion": right, "reference": task.reference},
+            {"id": "wrong", "completion": "{}", "reference": task.reference}]
+    result, out = _verify_bytes(tmp_path, "".join(json.dumps(r) + "\n" for r in rows).encode(), "--domain", "extraction")
+    assert result.returncode == 0, result.stderr
+    assert [r["correct"] for r in out] == [True, False]
+    mixed = [{"completion": "\\boxed{7}", "reference": {"answer": "7", "domain": "arithmetic"}},
+             {"completion": right, "reference": {**task.reference, "domain": "extraction"}}]
+    result, out = _verify_bytes(tmp_path, "".join(json.dumps(r) + "\n" for r in mixed).encode(), "--domain", "mix")
+    assert [r["correct"] for r in out] == [True, True], result.stderr
+
+
+def test_infra_error_rows_say_why(tmp_path):
+    rows = [{"id": "a", "completion": "    return x + 1\n", "reference": HUMANEVAL}]
+    result, out = _verify_code(tmp_path, rows, "--backend", "docker", "--workers", "1")
+    assert out[0]["status"] == "infra_error" and "sandbox" in out[0]["message"]
+    assert result.returncode == 1
+
+
+SLOW = {"format": "mbpp", "test_list": ["assert slow(1) == 1"], "test_imports": []}
+SLOW_PROGRAM = "```python\nimport time\ndef slow(x):\n    time.sleep(0.4)\n    return x\n```"
+
+
+def test_rows_are_written_as_they_finish_and_resume_continues_a_killed_run(tmp_path):
+    rows = [{"id": i, "completion": SLOW_PROGRAM + "\n" * i, "reference": SLOW} for i in range(8)]
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    command = [str(RLVR), "verify", "--domain", "code", "--input", str(src), "--output", str(dst), "--workers", "1"]
+    running = subprocess.Popen(command, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while (not dst.exists() or dst.read_text().count("\n") < 3) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    running.kill()
+    running.wait()
+    written = dst.read_text().count("\n")
+    assert 3 <= written < 8, "the rows came out only at the end, or the run finished before the kill"
+    with dst.open("a") as out:
+        out.write('{"id": 9, "rew')  # a row cut short by the kill
+    resumed = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    summary = json.loads(resumed.stderr.strip().splitlines()[-1])
+    assert summary["resumed_after"] == written and summary["rows"] == 8
+    out = [json.loads(line) for line in dst.read_text().splitlines()]
+    assert [r["id"] for r in out] == list(range(8)) and all(r["correct"] for r in out)

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.slow
 
 STAGES = ["curate", "base_model", "sft", "rl", "evaluate", "report"]
 # What a clone holds: the tracked project files, with data/ and mlruns/ as empty layers.
-CLONED = ["conf/base", "src", "pyproject.toml", "dvc.yaml", ".dvc/config", ".dvc/.gitignore", ".dvcignore", ".gitignore"]
+CLONED = ["conf/base", "conf/logging.yml", "src", "pyproject.toml", "dvc.yaml", ".dvc/config", ".dvc/.gitignore",
+          ".dvc/plots", ".dvcignore", ".gitignore", ".telemetry"]
 RLVR_PARAMS = "conf/base/parameters_rlvr.yml"
 EXPERIMENTS = {"lr-low": 1e-4, "lr-high": 1e-2}  # name -> rl.update.lr
 
@@ -124,6 +125,7 @@ def session(tmp_path_factory) -> Session:
     for (name, lr), where in zip(EXPERIMENTS.items(), ([], ["--temp"])):
         s.step(name, "exp", "run", *where, "-n", name, "-S", f"{RLVR_PARAMS}:rl.update.lr={lr}")
     s.output["exp show"] = dvc(s.repo, "exp", "show", "--json")
+    s.output["exp show --only-changed"] = dvc(s.repo, "exp", "show", "--only-changed", "--md", "--no-pager")
     return s
 
 
@@ -150,11 +152,12 @@ def test_a_second_repro_runs_nothing(session):
 
 def test_changing_one_parameter_makes_only_the_stages_that_read_it_stale(session):
     # Both keys live in parameters_evaluate.yml: `k` is read by `evaluate` alone, the validation
-    # set size by `rl` alone (its per-round validation). What runs then follows the data: an
-    # experiment changing `rl.update.lr` re-runs `rl`, `evaluate` and `report` and nothing upstream.
+    # set size by `rl` (its per-round validation) and `report` (the SFT baseline on the same tasks),
+    # not by `evaluate`. What runs then follows the data: an experiment changing `rl.update.lr`
+    # re-runs `rl`, `evaluate` and `report` and nothing upstream.
     changed = {key: json.loads(session.output[f"status evaluate.{key}"]) for key in ("k", "validation_size")}
     assert changed["k"] == {"evaluate": [{"changed deps": {"conf/base/parameters_evaluate.yml": {"evaluate.k": "modified"}}}]}
-    assert set(changed["validation_size"]) == {"rl"}
+    assert set(changed["validation_size"]) == {"rl", "report"}
     assert session.ran["lr-low"] == ["rl", "evaluate", "report"]
 
 
@@ -165,16 +168,21 @@ def test_the_same_commit_run_twice_gives_byte_identical_metrics(session):
 
 def test_metrics_and_plot_table_are_in_git_and_the_rest_in_the_dvc_cache(session):
     tracked = set(git(session.repo, "ls-files").splitlines())
-    assert {"dvc.lock", "data/08_reporting/metrics.json", "data/08_reporting/plots/round_curves.csv"} <= tracked
+    assert {"dvc.lock", "data/08_reporting/metrics.json", "data/08_reporting/summary.json",
+            "data/08_reporting/plots/round_curves.csv"} <= tracked
     assert not [p for p in tracked if p.startswith("data/") and "/rl_policy/" in p]
     status = git(session.repo, "status", "--porcelain", "--untracked-files=all", "--", "mlruns", "data")
     assert not [line for line in status.splitlines() if line.startswith("??")]  # all else is ignored
 
 
-def test_dvc_plots_show_renders_reward_and_accuracy_per_round(session, tmp_path):
+def test_dvc_plots_show_renders_the_panels_of_the_round_curve_figure(session, tmp_path):
     dvc(session.repo, "plots", "show", "-o", str(tmp_path))
     page = (tmp_path / "index.html").read_text()
-    for column in ("reward_mean", "pass_rate", "val_greedy_accuracy"):
+    for title in ("rollout reward and pass rate", "validation greedy accuracy (SFT baseline)", "entropy", "KL",
+                  "completion length"):
+        assert title in page
+    for column in ("reward_mean", "pass_rate", "val_greedy_accuracy", "sft_val_greedy_accuracy", "entropy",
+                   "policy_drift_kl", "completion_tokens_mean"):
         assert column in page
     assert "round_curves.png" in page
 
@@ -193,13 +201,20 @@ def test_experiments_rerun_from_rl_and_dvc_exp_show_tabulates_them(session):
             for rev in experiment["revs"]:
                 data = rev["data"]
                 found[rev["name"]] = (
-                    data["params"][RLVR_PARAMS]["data"]["rl"]["update"]["lr"],
-                    data["metrics"]["data/08_reporting/metrics.json"]["data"],
+                    data["params"][RLVR_PARAMS]["data"]["rl"]["update"]["lr"], set(data["metrics"]),
+                    data["metrics"]["data/08_reporting/summary.json"]["data"],
                 )
     for name, lr in EXPERIMENTS.items():
         assert session.ran[name] == ["rl", "evaluate", "report"]
         assert found[name][0] == lr
-        assert {"rl", "sft", "rl_minus_sft_greedy_accuracy"} <= found[name][1].keys()
+        assert found[name][1] == {"data/08_reporting/summary.json"}  # the table's metrics: the summary only
+        assert set(found[name][2]) == {"greedy", "pass@2", "val"} and set(found[name][2]["greedy"]) == {"sft", "rl"}
+    # The readable table: the experiments, the parameters they changed and the headline numbers.
+    table = session.output["exp show --only-changed"].splitlines()
+    header = [c.strip() for c in table[0].strip("|").split("|")]
+    assert {"Experiment", "rl.update.lr"} <= set(header)
+    assert not [c for c in header if "greedy_accuracy" in c or "difficulty" in c], header  # no report columns
+    assert len(header) < 25, header
 
 
 def test_each_experiment_has_mlflow_runs_in_the_repository_store_tagged_with_its_name_and_commit(session):

@@ -11,15 +11,24 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import mlflow
 import nbformat
+import pandas as pd
 import pytest
+import yaml
 from mlflow import MlflowClient
 from nbclient import NotebookClient
 
+from rlvr_factory.domains import get_domain, tasks_from_frame
+from rlvr_factory.evaluation import sample_verdicts
+from rlvr_factory.models.policy import load_policy
+from rlvr_factory.rollout.hf import SamplingConfig
+from rlvr_factory.verification import verify_batch
 from tests.pipelines.conftest import PROJECT_ROOT, TINY_PARAMS, make_project, run_pipeline, tracking_uri
+from tests.test_dvc import _merge
 
 pytestmark = pytest.mark.slow
 
@@ -83,21 +92,28 @@ def test_every_run_registers_a_model_version_with_its_evaluation_metrics(store):
         assert version.tags["run_id"] == run.info.run_id
 
 
-def test_the_registered_policy_loads_back_with_the_transformers_flavour_and_generates(store):
+def test_the_registered_policy_answers_as_the_pipelines_greedy_evaluation(store):
+    # The README's example: the latest registered version through mlflow.pyfunc, plain prompts in.
     mlflow.set_tracking_uri(tracking_uri(store))
     mlflow.set_registry_uri(tracking_uri(store))
     try:
-        components = mlflow.transformers.load_model(f"models:/{MODEL_NAME}/latest", return_type="components")
-        pipe = mlflow.pyfunc.load_model(f"models:/{MODEL_NAME}/1")
+        model = mlflow.pyfunc.load_model(f"models:/{MODEL_NAME}/latest")
     finally:
         mlflow.set_tracking_uri(None)
         mlflow.set_registry_uri(None)
-    tokenizer, model = components["tokenizer"], components["model"]
-    prompt = tokenizer("Compute 2+3", return_tensors="pt")
-    output = model.generate(**prompt, max_new_tokens=8, do_sample=False, pad_token_id=tokenizer.pad_token_id)
-    assert output.shape[1] > prompt["input_ids"].shape[1]
-    (text,) = pipe.predict(["Compute 2+3"], params={"max_new_tokens": 8, "do_sample": False})
-    assert isinstance(text, str)
+    tasks = tasks_from_frame(pd.read_parquet(store / "data/05_model_input/test_tasks.parquet"))
+    params = {name: yaml.safe_load((store / f"conf/base/parameters_{name}.yml").read_text())
+              for name in ("curate", "verify", "evaluate")}
+    evaluate, verify = _merge(params["evaluate"]["evaluate"], TINY_PARAMS["evaluate"]), params["verify"]["verify"]
+    domain = get_domain(_merge(params["curate"]["domain"], TINY_PARAMS["domain"]))
+    greedy = replace(SamplingConfig(**evaluate["sampling"]), temperature=0.0)
+    # The evaluation's own greedy pass over the test split, on the last run's RL policy...
+    evaluated = sample_verdicts(load_policy(store / "data/06_models/rl_policy"), tasks, domain, verify, 1, greedy, "eval")
+    answers = model.predict([t.prompt for t in tasks])
+    assert answers == [verdicts[0][0] for verdicts in evaluated]  # ...answer for answer
+    scores, _ = verify_batch(domain, answers, [t.reference for t in tasks], verify)
+    report = json.loads((store / "data/08_reporting/metrics.json").read_text())
+    assert sum(s.correct for s in scores) / len(tasks) == report["rl"]["greedy_accuracy"]
 
 
 def test_the_comparison_notebook_runs_on_the_tracked_runs(store, monkeypatch):

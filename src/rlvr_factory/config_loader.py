@@ -9,14 +9,26 @@ parameters are merged into the result key by key.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from kedro.config import OmegaConfigLoader
 from omegaconf import OmegaConf
 
 
 class ConfigLoader(OmegaConfigLoader):
-    """OmegaConfigLoader whose runtime parameters override single keys in every environment."""
+    """OmegaConfigLoader whose runtime parameters override single keys in every environment.
+
+    The latest instance is kept as `ConfigLoader.latest`: a Kedro session makes one for its
+    environment and runtime parameters, so the pipeline registry can shape the pipelines
+    from the run's configuration even where no hook runs (`kedro viz` without
+    `--include-hooks`).
+    """
+
+    latest: ClassVar[ConfigLoader | None] = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        ConfigLoader.latest = self
 
     def __getitem__(self, key: str) -> dict[str, Any]:
         run_env = self.env or self.default_run_env

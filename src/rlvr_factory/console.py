@@ -2,176 +2,341 @@
 
 (Not named `cli.py`: Kedro loads a package's `cli.py` as its own project commands.)
 
-    rlvr verify --domain math --input IN.jsonl --output OUT.jsonl [--workers N] [--timeout S]
-    rlvr verify --domain code --input IN.jsonl --output OUT.jsonl [--workers N] [--timeout S]
+    rlvr verify --domain D --input IN.jsonl|- --output OUT.jsonl|- [--resume] [--allow-errors]
+                [--workers N] [--timeout S] [--strict] [--rounding] [--backend B]
     rlvr sandbox run [--backend B] [--timeout S] [--memory-mb M] [--json] -- CMD ARGS...
 
-Each `verify` input row is ``{"id": ..., "completion": "...", "reference": {...}}`` (extra
-fields are kept): for math the reference is ``{"answer": "..."}``; for code a HumanEval task
-(``format: "humaneval"``, ``prompt``, ``test``, ``entry_point``) or an MBPP task (``format:
-"mbpp"``, ``test_list``, ``test_imports``). Each output row adds ``reward``, ``correct``,
-``status`` and ``breakdown``. Rows come out in input order; a malformed row gets ``status:
-"error"`` and a ``message``, and the others still run.
+Each `verify` input row is ``{"id": ..., "completion": "...", "reference": {...}}`` (extra fields
+are kept) with the reference of a task of domain D, as in the `tasks` table: for math domains
+``{"answer": "..."}``; for code a HumanEval task (``format: "humaneval"``, ``prompt``, ``test``,
+``entry_point``) or an MBPP task (``format: "mbpp"``, ``test_list``, ``test_imports``); for
+extraction ``{"fields", "values", "currency"}``; for a mix the member's reference with its
+``domain`` tag. Each output row adds ``reward``, ``correct``, ``status`` and ``breakdown``, and a
+``message`` when the status is not ``ok``. Rows come out in input order, each written as soon as
+it and the rows before it are done. Any line that is not such a row (invalid UTF-8 or JSON,
+nesting or numbers too big to read, binary) becomes an ``error`` row with a message, and the
+others still run. `--resume` continues a killed run: the rows already in the output are kept and
+their input lines skipped. The exit status is 1 when any row is an ``error`` or ``infra_error``
+(0 with `--allow-errors`), 2 for bad arguments or unreadable files.
 
 `sandbox run` runs one command in a fresh sandbox (its stdin is empty) and prints its output and
-exits with its exit code (124 when it timed out, 128+N when signal N killed it, 125 when no
-sandbox could start); with ``--json`` it prints one JSON object instead of the output.
+exits with its exit code (124 when it timed out, 128+N when signal N killed it, 125 when the
+sandbox failed); with ``--json`` it prints one JSON object instead of the output, whatever happened.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import math
+import os
 import sys
+from collections import Counter, deque
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import IO, Any, Callable, Iterator, Sequence
 
 from tqdm.auto import tqdm
 
-from rlvr_factory.sandbox import BACKENDS, DEFAULT_BACKEND, Limits, Sandbox, SandboxError
+from rlvr_factory.sandbox import BACKENDS, DEFAULT_BACKEND, Limits, RunResult, Sandbox, SandboxStartError
 from rlvr_factory.verifiers.pool import Verifier, VerifierPool
 
-CHUNK = 2048  # rows verified per pool call; bounds memory on large inputs
 SANDBOX_START_S = 10.0  # pool time allowed on top of a code check's own limit (sandbox start-up)
+MAX_LINE_BYTES = 16 * 1024 * 1024  # a longer input line is an error row, not read into memory whole
+RAW_CHARS = 200  # how much of an unreadable line its error row keeps
+MIX = "mix"
 
 
-def _math_gold(reference: Any) -> str:
-    if not isinstance(reference, dict) or not isinstance(reference.get("answer"), (str, int, float)):
-        raise ValueError("missing 'reference.answer'")
-    return str(reference["answer"])
+class UsageError(Exception):
+    """Bad arguments or an unreadable file: one line on stderr, exit status 2."""
 
 
-def _math_verifier(args: argparse.Namespace) -> Verifier:
-    from rlvr_factory.verifiers.math import MathVerifier  # imported on use: Math-Verify loads slowly
-
-    return MathVerifier(strict=args.strict)
-
-
-def _code_verifier(args: argparse.Namespace) -> Verifier:
-    from rlvr_factory.verifiers.code import CodeVerifier
-
-    timeout = args.timeout or 3.0
-    return CodeVerifier(backend=args.backend, limits={"timeout_s": timeout, "cpu_s": math.ceil(timeout)})
-
-
-def _code_gold(reference: Any) -> str:
-    from rlvr_factory.domains.code import CodeDomain
-    from rlvr_factory.verifiers.code import CodeTask
-
-    if not isinstance(reference, dict):
-        raise ValueError("'reference' must be an object holding a humaneval or mbpp task")
-    try:
-        CodeTask.from_reference(reference)
-    except (ValueError, SyntaxError) as e:
-        raise ValueError(f"invalid code reference: {e}") from e
-    return CodeDomain.gold(reference)
+# -- what each domain is checked with --------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class _Domain:
-    """How `rlvr verify` checks one domain: its verifier, its gold string, and the pool's time per check."""
+class VerifyTarget:
+    """How `rlvr verify` checks one domain's rows: its verifier, its gold string, the pool's time per check."""
 
-    verifier: Callable[[argparse.Namespace], Verifier]
-    gold: Callable[[Any], str]  # raises ValueError saying what is wrong with a reference
-    pool_timeout: Callable[[argparse.Namespace], float]
-
-
-_MATH = _Domain(_math_verifier, _math_gold, lambda a: a.timeout or 5.0)
-VERIFY_DOMAINS = {
-    "math": _MATH,
-    "arithmetic": _MATH,
-    "code": _Domain(_code_verifier, _code_gold, lambda a: (a.timeout or 3.0) + SANDBOX_START_S),
-}
+    verifier: Verifier
+    gold: Callable[[Any], str]  # raises on a reference it cannot read
+    pool_timeout: float
 
 
-def _parse_row(line: str, gold: Callable[[Any], str]) -> tuple[dict[str, Any], tuple[str, str] | None, str | None]:
-    """(row, (completion, gold) or None, error message or None) for one input line."""
+def domain_summaries() -> dict[str, str]:
+    """Every registered domain with the first line of its docstring."""
+    from rlvr_factory.domains import domain_factory, known_domains
+
+    return {name: (inspect.getdoc(domain_factory(name)) or "").split("\n")[0] for name in known_domains()}
+
+
+def _verifier_options(verifier_class: type, args: argparse.Namespace) -> dict[str, Any]:
+    """The command-line options that apply to a verifier class."""
+    from rlvr_factory.verifiers.code import CodeVerifier
+    from rlvr_factory.verifiers.math import MathVerifier
+
+    if issubclass(verifier_class, MathVerifier):
+        return {"strict": args.strict, "rounding": args.rounding}
+    if issubclass(verifier_class, CodeVerifier):
+        timeout = args.timeout or 3.0
+        return {"backend": args.backend, "limits": {"timeout_s": timeout, "cpu_s": math.ceil(timeout)}}
+    return {}
+
+
+def _pool_timeout(verifier: Verifier, args: argparse.Namespace) -> float:
+    from rlvr_factory.verifiers.code import CodeVerifier
+
+    if isinstance(verifier, CodeVerifier):
+        return verifier.limits.timeout_s + SANDBOX_START_S
+    return args.timeout or 5.0
+
+
+def verify_target(name: str, args: argparse.Namespace) -> VerifyTarget:
+    """The verifier and gold of the registered domain `name`: its `verifier_class` with the command
+    line's options, or (a domain without one) the domain built with its defaults. A mix routes each
+    row to the registered domain its reference's tag names."""
+    from rlvr_factory.domains import domain_factory, known_domains
+
+    if name == MIX:
+        return _mix_target([n for n in known_domains() if n != MIX], args)
+    factory = domain_factory(name)
+    verifier_class = getattr(factory, "verifier_class", None)
+    if verifier_class is not None and isinstance(inspect.getattr_static(factory, "gold", None), staticmethod):
+        verifier = verifier_class(**_verifier_options(verifier_class, args))
+        gold = factory.gold
+    else:
+        try:
+            domain = factory()
+        except Exception as e:  # noqa: BLE001 - any failure means the same to the user
+            raise UsageError(f"domain {name!r} cannot be built without its parameters ({type(e).__name__}: {e}); "
+                             "give its class a `verifier_class` and a static `gold`") from None
+        verifier, gold = domain.verifier, domain.gold
+    return VerifyTarget(verifier, gold, _pool_timeout(verifier, args))
+
+
+def _mix_target(names: list[str], args: argparse.Namespace) -> VerifyTarget:
+    from rlvr_factory.domains.mix import TAG, MixVerifier, tag_gold
+
+    members = {}
+    for member in names:
+        try:
+            members[member] = verify_target(member, args)
+        except UsageError:
+            continue  # a plug-in that needs parameters cannot be a member here
+
+    def gold(reference: Any) -> str:
+        if not isinstance(reference, dict) or reference.get(TAG) not in members:
+            raise ValueError(f"a mix reference needs a {TAG!r} tag naming one of {sorted(members)}")
+        return tag_gold(reference[TAG], members[reference[TAG]].gold(reference))
+
+    verifier = MixVerifier({k: t.verifier for k, t in members.items()})
+    return VerifyTarget(verifier, gold, max(t.pool_timeout for t in members.values()))
+
+
+# -- reading rows that may be anything ------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One input row: the object to write back, the pair to verify (None when the line is unreadable), why not."""
+
+    data: dict[str, Any]
+    pair: tuple[str, str] | None
+    error: str = ""
+
+
+def _lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes, bool]]:
+    """(line number, bytes, cut) of every non-blank line; a line over MAX_LINE_BYTES comes back cut to its
+    start, and the rest of it is skipped unread."""
+    number = 0
+    while True:
+        line = stream.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > MAX_LINE_BYTES:
+            while (rest := stream.readline(1 << 20)) and not rest.endswith(b"\n"):
+                pass
+            yield number, line[:RAW_CHARS], True
+        elif line.strip():
+            yield number, line.rstrip(b"\r\n"), False
+
+
+def parse_row(number: int, raw: bytes, gold: Callable[[Any], str], cut: bool = False) -> Row:
+    """The row a line holds, or an error row saying what is wrong with it (this never raises)."""
+    shown = {"line": number, "raw": raw[:RAW_CHARS].decode("utf-8", "replace")}
+    if cut:
+        return Row(shown, None, f"line {number} is longer than {MAX_LINE_BYTES} bytes")
     try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        return {"raw": line.rstrip("\n")}, None, f"invalid JSON: {exc}"
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return Row(shown, None, f"line {number} is not UTF-8 text ({e.reason} at byte {e.start})")
+    try:
+        row = json.loads(text)
+    except RecursionError:
+        return Row(shown, None, f"line {number} is nested too deeply to read as JSON")
+    except ValueError as e:  # JSONDecodeError, or an integer too long to convert
+        return Row(shown, None, f"line {number} is not valid JSON: {e}")
     if not isinstance(row, dict):
-        return {"raw": row}, None, "a row must be a JSON object"
+        return Row(shown, None, f"line {number} is a JSON {type(row).__name__}, not an object")
     completion = row.get("completion")
     if not isinstance(completion, str):
-        return row, None, "missing or non-string 'completion'"
+        return Row(row, None, "missing or non-string 'completion'")
     try:
-        return row, (completion, gold(row.get("reference"))), None
-    except ValueError as e:
-        return row, None, str(e)
+        return Row(row, (completion, gold(row.get("reference"))))
+    except Exception as e:  # noqa: BLE001 - whatever is wrong with a reference is this row's error
+        detail = f"{type(e).__name__}: {e}" if not isinstance(e, ValueError) else str(e)
+        return Row(row, None, f"invalid reference: {detail}"[:500])
 
 
-def _chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
-    chunk: list[str] = []
-    for line in lines:
-        if line.strip():
-            chunk.append(line)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
+def _encode(row: dict[str, Any]) -> bytes:
+    """The output line of a row; a row whose own fields cannot be written is replaced by a note saying so."""
+    try:
+        return (json.dumps(row) + "\n").encode()
+    except (ValueError, TypeError, RecursionError) as e:
+        kept = {k: row[k] for k in ("reward", "correct", "status", "breakdown", "message") if k in row}
+        return (json.dumps({**kept, "unwritable_row": f"{type(e).__name__}: {e}"[:300]}) + "\n").encode()
+
+
+# -- the verify command ---------------------------------------------------------------------------
+
+
+def _open(path: str, mode: str, flag: str) -> IO[bytes]:
+    if path == "-":
+        return os.fdopen(os.dup((sys.stdin if "r" in mode else sys.stdout).fileno()), mode)
+    try:
+        return open(path, mode)
+    except OSError as e:
+        raise UsageError(f"cannot {'read' if 'r' in mode else 'write'} {flag} {path!r}: {e.strerror}") from None
+
+
+def finished_rows(path: str) -> Counter[str]:
+    """The statuses of the rows a killed run left in `path` (a row cut short by the kill is dropped)."""
+    statuses: Counter[str] = Counter()
+    if not os.path.exists(path):
+        return statuses
+    with open(path, "rb+") as out:
+        end = 0
+        for number, line in enumerate(out, start=1):
+            if not line.endswith(b"\n"):
+                break
+            try:
+                statuses[json.loads(line)["status"]] += 1
+            except (ValueError, KeyError, TypeError, RecursionError):
+                raise UsageError(f"cannot resume: line {number} of {path!r} is not a row rlvr verify wrote") from None
+            end += len(line)
+        out.truncate(end)
+    return statuses
 
 
 def verify_file(args: argparse.Namespace) -> int:
     """Verify every row of `args.input` into `args.output`; returns the exit status."""
-    domain = VERIFY_DOMAINS[args.domain]
-    counts = {"ok": 0, "timeout": 0, "error": 0, "infra_error": 0}
-    with open(args.input) as src, open(args.output, "w") as dst, \
-            VerifierPool(domain.verifier(args), workers=args.workers, timeout=domain.pool_timeout(args)) as pool, \
-            tqdm(desc="verify", unit="row", file=sys.stderr, mininterval=1.0) as bar:
-        for chunk in _chunks(iter(src), CHUNK):
-            parsed = [_parse_row(line, domain.gold) for line in chunk]
-            scores = iter(pool.score_many([pair for _, pair, _ in parsed if pair is not None]))
-            for row, pair, error in parsed:
-                if pair is None:
-                    row.update(reward=0.0, correct=False, status="error", breakdown={}, message=error)
-                else:
-                    score = next(scores)
-                    row.update(reward=score.reward, correct=score.correct, status=score.status,
-                               breakdown=score.breakdown)
-                counts[row["status"]] += 1
-                dst.write(json.dumps(row) + "\n")
-            bar.update(len(chunk))
-    print(json.dumps({"rows": sum(counts.values()), **counts}), file=sys.stderr)
+    target = verify_target(args.domain, args)
+    counts = finished_rows(args.output) if args.resume else Counter()
+    skip = sum(counts.values())
+    with _open(args.input, "rb", "--input") as src, _open(args.output, "ab" if args.resume else "wb", "--output") as dst, \
+            VerifierPool(target.verifier, workers=args.workers, timeout=target.pool_timeout) as pool, \
+            tqdm(desc="verify", unit="row", file=sys.stderr, mininterval=1.0, initial=skip) as bar:
+        rows: deque[Row] = deque()
+
+        def pairs() -> Iterator[tuple[str, str]]:
+            for index, (number, raw, cut) in enumerate(_lines(src)):
+                if index < skip:
+                    continue
+                row = parse_row(number, raw, target.gold, cut)
+                rows.append(row)
+                if row.pair is not None:
+                    yield row.pair
+
+        def write(row: Row) -> None:
+            counts[row.data["status"]] += 1
+            dst.write(_encode(row.data))
+            dst.flush()
+            bar.update(1)
+
+        for score in pool.score_stream(pairs()):
+            while rows[0].pair is None:
+                write(_errored(rows.popleft()))
+            row = rows.popleft()
+            row.data.update(reward=score.reward, correct=score.correct, status=score.status, breakdown=score.breakdown)
+            if score.message:
+                row.data["message"] = score.message
+            write(row)
+        while rows:
+            write(_errored(rows.popleft()))
+    if sum(counts.values()) < skip:
+        raise UsageError(f"cannot resume: {args.output!r} holds {skip} rows, more than {args.input!r} has")
+    print(json.dumps({"rows": sum(counts.values()), "resumed_after": skip,
+                      **{s: counts[s] for s in ("ok", "timeout", "error", "infra_error")}}), file=sys.stderr)
+    failed = counts["error"] + counts["infra_error"]
+    if failed and not args.allow_errors:
+        print(f"rlvr verify: {failed} rows could not be judged (status error or infra_error; see their 'message'); "
+              "--allow-errors exits 0 anyway", file=sys.stderr)
+        return 1
     return 0
 
 
+def _errored(row: Row) -> Row:
+    row.data.update(reward=0.0, correct=False, status="error", breakdown={}, message=row.error)
+    return row
+
+
+# -- the sandbox command --------------------------------------------------------------------------
+
+
 def sandbox_run(args: argparse.Namespace) -> int:
-    """Run one command in a fresh sandbox; print its output (or a JSON summary) and return its exit status."""
+    """Run one command in a fresh sandbox; print its output (or a JSON report) and return its exit status."""
     command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     limits = Limits(timeout_s=args.timeout, cpu_s=math.ceil(args.timeout), memory_mb=args.memory_mb)
     try:
         with Sandbox(args.backend, limits) as box:
             result = box.run(command)
-    except SandboxError as e:
-        print(f"rlvr sandbox: {e}", file=sys.stderr)
-        return 125
+    except SandboxStartError as e:
+        result = RunResult(exit_code=None, stdout=b"", stderr=b"", timed_out=False, wall_s=0.0, backend=args.backend,
+                           status="sandbox_error", message=str(e))
     if args.json:
         print(json.dumps(result.as_json()))
     else:
         sys.stdout.buffer.write(result.stdout)
         sys.stdout.flush()
         sys.stderr.buffer.write(result.stderr)
+        if result.status == "sandbox_error":
+            sys.stderr.write(f"rlvr sandbox: {result.message}\n")
         sys.stderr.flush()
-    if result.timed_out:
+    if result.status == "timeout":
         return 124
-    code = result.exit_code if result.exit_code is not None else 125
-    return 128 - code if code < 0 else code
+    if result.status == "sandbox_error" or result.exit_code is None:
+        return 125
+    return 128 - result.exit_code if result.exit_code < 0 else result.exit_code
+
+
+# -- the parser -----------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlvr", description="RLVR Factory command line.")
     commands = parser.add_subparsers(dest="command", required=True)
-    verify = commands.add_parser("verify", help="score completions against reference answers or tests")
-    verify.add_argument("--domain", choices=sorted(VERIFY_DOMAINS), default="math")
-    verify.add_argument("--input", required=True, help="JSONL of {id, completion, reference}")
-    verify.add_argument("--output", required=True, help="JSONL written in input order")
+    domains = domain_summaries()
+    width = max(map(len, domains))
+    verify = commands.add_parser(
+        "verify", help="score completions against reference answers or tests",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="domains:\n" + "\n".join(f"  {name:<{width}}  {text}" for name, text in domains.items()),
+    )
+    verify.add_argument("--domain", choices=sorted(domains), default="math", metavar="DOMAIN",
+                        help="the domain whose verifier judges the rows (listed below; default math)")
+    verify.add_argument("--input", required=True, help="JSONL of {id, completion, reference}; - for stdin")
+    verify.add_argument("--output", required=True, help="JSONL written in input order; - for stdout")
+    verify.add_argument("--resume", action="store_true",
+                        help="keep the rows already in --output and verify only the input lines after them")
+    verify.add_argument("--allow-errors", action="store_true",
+                        help="exit 0 even when some rows are error or infra_error")
     verify.add_argument("--workers", type=int, default=2, help="verifier worker processes")
     verify.add_argument("--timeout", type=float, default=None,
                         help="seconds per check (math: symbolic check, default 5; code: the program's run, default 3)")
     verify.add_argument("--strict", action="store_true", help="math: only a boxed answer counts")
+    verify.add_argument("--rounding", action="store_true",
+                        help="math: a decimal rounded from an exact answer (1/3 as 0.333) counts as right")
     verify.add_argument("--backend", choices=sorted(BACKENDS), default=DEFAULT_BACKEND,
                         help="code: the sandbox backend ('process' isolates nothing)")
     verify.set_defaults(run=verify_file)
@@ -192,14 +357,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "verify" and (args.workers < 1 or (args.timeout is not None and args.timeout <= 0)):
-        parser.error("--workers must be >= 1 and --timeout > 0")
+    if args.command == "verify":
+        if args.workers < 1 or (args.timeout is not None and args.timeout <= 0):
+            parser.error("--workers must be >= 1 and --timeout > 0")
+        if args.resume and args.output == "-":
+            parser.error("--resume needs --output to be a file")
     if args.command == "sandbox":
         if args.timeout <= 0 or args.memory_mb < 16:
             parser.error("--timeout must be > 0 and --memory-mb >= 16")
         if not [a for a in args.argv if a != "--"]:
             parser.error("sandbox run needs a command after --")
-    return args.run(args)
+    try:
+        return args.run(args)
+    except UsageError as e:
+        print(f"rlvr {args.command}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,31 +1,179 @@
-"""Kedro hooks: shape the unrolled RL loop from the run's parameters; link MLflow runs to their code and data."""
+"""Kedro hooks: shape the unrolled RL loop from the run's configuration, refuse a model path that
+cannot load before any work starts, tell the run's story on the console, and link MLflow runs
+to their code and data."""
 
 from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Any
 
 import mlflow
 from kedro.framework.hooks import hook_impl
 from kedro.framework.project import pipelines
 from kedro_mlflow.framework.hooks.utils import _flatten_dict  # the same names kedro-mlflow gives node parameters
+from mlflow import MlflowClient
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 
-from rlvr_factory import pipeline_registry, tracking
+from rlvr_factory import pipeline_registry, summary, tracking
+from rlvr_factory.models.policy import MODEL_DIR_CONTENTS, looks_local, model_dir_problem
+from rlvr_factory.pipeline_registry import RLShape
+
+log = logging.getLogger(__name__)
+ROUND_NODE = re.compile(r"round_(\d+)\.(\w+)")
+EMBEDDED_MODEL = "embedded"
+# What the end of a run points at: (label, catalog entry), shown when the run wrote it.
+ARTEFACTS = (
+    ("report", "eval_report"),
+    ("summary", "summary_metrics"),
+    ("plot", "round_curve_plot"),
+    ("rollouts", "rollout_sample"),
+    ("SFT policy", "sft_policy"),
+    ("RL policy", "rl_policy"),
+)
 
 
-class RLShapeHook:
-    """Rebuild the pipelines to this run's `rl.rounds`, checkpoint interval and KL setting.
-
-    Kedro pipelines are static DAGs and `register_pipelines` cannot see `--params`, so the
-    loop's shape is read from the merged configuration (runtime overrides included) as
-    soon as the context exists, and the pipeline registry is reloaded.
-    """
+class PipelineShapeHook:
+    """Rebuild the pipelines from this run's configuration (`rl.rounds`, its `--params` and
+    `--env` included) once the context exists, in case they were built before it."""
 
     @hook_impl
     def after_context_created(self, context) -> None:
-        rl = context.config_loader["parameters"]["rl"]
-        pipeline_registry.set_rl_shape(
-            int(rl["rounds"]), int(rl["checkpoint_every"]), float(rl["update"]["kl_coef"]) > 0
-        )
         pipelines.configure(pipeline_registry.__name__)
+
+
+class ModelPathHook:
+    """Fail before the first node when `model.name_or_path` names a local model directory that
+    does not exist or cannot load, saying what such a directory must hold."""
+
+    def __init__(self) -> None:
+        self._model: dict = {}
+
+    @hook_impl
+    def after_context_created(self, context) -> None:
+        self._model = dict(context.params.get("model") or {})
+
+    @hook_impl(tryfirst=True)  # before kedro-mlflow starts a run that would then hang as RUNNING
+    def before_pipeline_run(self, run_params, pipeline, catalog) -> None:
+        name = self._model.get("name_or_path")
+        if name is None or str(name) == EMBEDDED_MODEL or not looks_local(name):
+            return
+        if not any(n.name == "prepare_base_model" for n in pipeline.nodes):
+            return  # this run takes its policies from earlier stages' outputs
+        problem = model_dir_problem(name)
+        if problem:
+            raise FileNotFoundError(
+                f"model.name_or_path is {name}, and {problem}; {MODEL_DIR_CONTENTS}. Point it at such a "
+                f"directory, a hub id (`org/name`, needs network access), or `{EMBEDDED_MODEL}` (the built-in tiny model)."
+            )
+
+
+class RunConsoleHook:
+    """The run's story on the console.
+
+    One line per finished node outside the RL rounds, one line per RL round (reward, pass
+    rate, validation accuracy, KL, entropy, seconds and the run's ETA), and at the end the
+    results table, where the artefacts are and the MLflow run; a failed run says which MLflow
+    run it left FAILED.
+    """
+
+    def __init__(self) -> None:
+        self._shape: RLShape | None = None
+        self._started: dict[str, float] = {}
+        self._clock: summary.RoundClock | None = None
+        self._round_start: float | None = None
+        self._evaluation: dict[str, float] = {}
+        self._eval_report: dict | None = None
+        self._run: tuple[str, str] | None = None  # MLflow (run id, tracking URI)
+        self._catalog_config: dict = {}
+        self._pipeline_start = 0.0
+        self._done = 0
+        self._total = 0
+
+    @hook_impl
+    def after_context_created(self, context) -> None:
+        self._shape = RLShape.from_parameters(context.params)
+        self._catalog_config = context.config_loader["catalog"]
+
+    @hook_impl(trylast=True)  # after kedro-mlflow has started the run
+    def before_pipeline_run(self, run_params, pipeline, catalog) -> None:
+        rounds = sorted({int(m.group(1)) for n in pipeline.nodes if (m := ROUND_NODE.fullmatch(n.name))})
+        self._clock = summary.RoundClock(len(rounds))  # the rounds this run has (fewer when it resumes)
+        self._pipeline_start, self._done, self._total = time.perf_counter(), 0, len(pipeline.nodes)
+        self._round_start, self._evaluation, self._eval_report = None, {}, None
+        active = mlflow.active_run()
+        self._run = (active.info.run_id, mlflow.get_tracking_uri()) if active else None
+        where = f"; MLflow run {active.info.run_id}" if active else ""
+        log.info("%d nodes, %d RL rounds%s", self._total, len(rounds), where)
+
+    @hook_impl
+    def before_node_run(self, node) -> None:
+        self._started[node.name] = time.perf_counter()
+        if ROUND_NODE.fullmatch(node.name) and self._round_start is None:
+            self._round_start = self._started[node.name]
+
+    @hook_impl
+    def after_node_run(self, node, outputs: dict[str, Any]) -> None:
+        now = time.perf_counter()
+        seconds = now - self._started.pop(node.name, now)
+        self._done += 1
+        if "eval_report" in outputs:
+            self._eval_report = outputs["eval_report"]
+        if node.name.startswith("evaluate_"):
+            self._evaluation[node.name] = seconds
+        match = ROUND_NODE.fullmatch(node.name)
+        if match is None:
+            log.info("[%*d/%d] %s: %s", len(str(self._total)), self._done, self._total, node.name, summary.duration(seconds))
+            return
+        stats = outputs.get(f"round_{match.group(1)}.stats")
+        if stats is None or self._clock is None:
+            return  # one of the round's nodes before its update
+        round_seconds = now - (self._round_start or now)
+        self._round_start = None
+        self._clock.finish(round_seconds)
+        # The RL policy's evaluation costs what the SFT policy's did, when that one already ran.
+        pending = self._evaluation.get("evaluate_sft", 0.0) if "evaluate_rl" not in self._evaluation else 0.0
+        self._clock.pending_seconds = pending
+        shape = self._shape or RLShape(self._clock.rounds, 0, False)
+        log.info(summary.round_line(stats, shape.rounds, round_seconds, self._clock.eta(), shape.with_reference))
+
+    @hook_impl
+    def after_pipeline_run(self, run_params, pipeline, catalog) -> None:
+        outputs = pipeline.all_outputs()
+        if self._eval_report is not None:
+            log.info("results\n%s", summary.results_table(self._eval_report))
+        paths = [(label, where) for label, name in ARTEFACTS
+                 if name in outputs and (where := _location(self._catalog_config.get(name)))]
+        if self._run is not None:
+            paths.append(("MLflow", _mlflow_location(*self._run)))
+        if paths:
+            log.info("artefacts\n%s", summary.artefact_lines(paths))
+        log.info("done in %s", summary.duration(time.perf_counter() - self._pipeline_start))
+
+    @hook_impl(tryfirst=True)  # before kedro-mlflow ends the run as FAILED
+    def on_pipeline_error(self, error: Exception, run_params, pipeline, catalog) -> None:
+        if self._run is not None:
+            run_id, uri = self._run
+            log.error("the run failed (%s: %s); MLflow run %s in %s is marked FAILED",
+                      type(error).__name__, error, run_id, uri)
+
+
+def _location(entry: dict | None) -> str | None:
+    """Where a catalog entry (its configuration) keeps its data: its file or directory, if any."""
+    entry = entry or {}
+    entry = entry.get("dataset", entry)  # an MLflow artifact dataset wraps the one on disk
+    return entry.get("filepath") or entry.get("path") if isinstance(entry, dict) else None
+
+
+def _mlflow_location(run_id: str, tracking_uri: str) -> str:
+    """The run, its store and its registered model version, if any."""
+    try:
+        versions = MlflowClient(tracking_uri, registry_uri=tracking_uri).search_model_versions(f"run_id='{run_id}'")
+    except mlflow.exceptions.MlflowException:
+        versions = []
+    registered = "".join(f"; model {v.name} version {v.version}" for v in versions)
+    return f"run {run_id} in {tracking_uri}{registered} (`kedro mlflow ui` opens it)"
 
 
 class MlflowLineageHook:

@@ -1,35 +1,68 @@
-"""The project's pipelines: each stage alone, and `rlvr`, the whole chain (the default)."""
+"""The project's pipelines: each stage alone, and `rlvr`, the whole chain (the default).
+
+The RL loop is unrolled into `rl.rounds` namespaced rounds, so the pipelines are built from
+the run's configuration: the parameters of the config loader the session made (its `--env`
+and `--params` included; `kedro run` and `kedro viz` alike), or, outside a session
+(`kedro registry describe`), the project's configuration for `$KEDRO_ENV`.
+"""
 
 from __future__ import annotations
 
-from kedro.pipeline import Pipeline
+import os
+from dataclasses import dataclass
+from pathlib import Path
 
+from kedro.framework.project import settings
+from kedro.pipeline import Pipeline
+from kedro.utils import find_kedro_project
+
+from rlvr_factory.config_loader import ConfigLoader
 from rlvr_factory.pipelines import base_model, curate, evaluate, report, rl, sft
 
-# The shape of the unrolled RL loop, set from the run's parameters by `RLShapeHook`; the
-# defaults serve only when no run configuration is at hand (e.g. `kedro registry list`).
-_rl_shape = {"rounds": 2, "checkpoint_every": 0, "with_reference": False}
+
+@dataclass(frozen=True)
+class RLShape:
+    """What shapes the unrolled RL loop: how many rounds, how often the policy goes to disk,
+    and whether a KL reference model is loaded."""
+
+    rounds: int
+    checkpoint_every: int
+    with_reference: bool
+
+    @classmethod
+    def from_parameters(cls, parameters: dict) -> RLShape:
+        """The shape `rl.rounds`, `rl.checkpoint_every` and `rl.update.kl_coef` ask for."""
+        rl_params = parameters["rl"]
+        shape = cls(int(rl_params["rounds"]), int(rl_params["checkpoint_every"]), float(rl_params["update"]["kl_coef"]) > 0)
+        if shape.rounds < 1:
+            raise ValueError(f"rl.rounds must be at least 1, got {shape.rounds}")
+        if shape.checkpoint_every < 0:
+            raise ValueError(f"rl.checkpoint_every must be >= 0 (0 disables), got {shape.checkpoint_every}")
+        return shape
 
 
-def set_rl_shape(rounds: int, checkpoint_every: int, with_reference: bool) -> None:
-    """How many rounds the `rl` pipeline unrolls, how often it checkpoints, and whether it
-    loads a KL reference model."""
-    if rounds < 1:
-        raise ValueError(f"rl.rounds must be at least 1, got {rounds}")
-    if checkpoint_every < 0:
-        raise ValueError(f"rl.checkpoint_every must be >= 0 (0 disables), got {checkpoint_every}")
-    _rl_shape.update(rounds=rounds, checkpoint_every=checkpoint_every, with_reference=with_reference)
+def run_parameters() -> dict:
+    """The parameters of this process's run: those of the latest project config loader (a
+    session makes one with its environment and runtime parameters), else the project's own."""
+    loader = ConfigLoader.latest
+    if loader is None:
+        root = find_kedro_project(Path.cwd()) or Path.cwd()
+        loader = ConfigLoader(
+            str(root / settings.CONF_SOURCE), env=os.environ.get("KEDRO_ENV"), **settings.CONFIG_LOADER_ARGS
+        )
+    return loader["parameters"]
 
 
 def register_pipelines() -> dict[str, Pipeline]:
-    """Map pipeline names to pipelines."""
+    """Map pipeline names to pipelines, the RL loop unrolled to the run's `rl.rounds`."""
+    shape = RLShape.from_parameters(run_parameters())
     stages = {
         "curate": curate.create_pipeline(),
         "base_model": base_model.create_pipeline(),
         "sft": sft.create_pipeline(),
-        "rl": rl.create_pipeline(**_rl_shape),
+        "rl": rl.create_pipeline(shape.rounds, shape.checkpoint_every, shape.with_reference),
         "evaluate": evaluate.create_pipeline(),
-        "report": report.create_pipeline(_rl_shape["rounds"]),
+        "report": report.create_pipeline(shape.rounds),
     }
     stages["rlvr"] = sum(stages.values(), Pipeline([]))
     stages["__default__"] = stages["rlvr"]

@@ -1,13 +1,31 @@
 """Kedro project settings: hooks, config loader and the resolvers the configuration uses."""
 
 import os
+import warnings
 from pathlib import Path
 
-from omegaconf.resolvers import oc
+# kedro-mlflow's own `KedroPipelineModel` (which this project never logs) defines `predict`
+# without type hints, and MLflow warns about it when kedro-mlflow is imported, on every run.
+# MLflow raises it under its own `simplefilter("once")`, past any filter set here, so the
+# import's warnings are recorded and all but that one issued again.
+with warnings.catch_warnings(record=True) as _caught:
+    import kedro_mlflow.framework.hooks  # noqa: F401
+for _warning in _caught:
+    if "Add type hints to the `predict` method" not in str(_warning.message):
+        warnings.warn_explicit(_warning.message, _warning.category, _warning.filename, _warning.lineno)
 
-from rlvr_factory import tracking
-from rlvr_factory.config_loader import ConfigLoader
-from rlvr_factory.hooks import MlflowLineageHook, RLShapeHook
+from omegaconf.resolvers import oc  # noqa: E402
+from transformers.utils import logging as transformers_logging  # noqa: E402
+
+# transformers draws a progress bar for every model load and save ("Loading weights", "Writing
+# model shards"); a run loads and saves its policies a dozen times, in milliseconds each.
+transformers_logging.disable_progress_bar()
+# MLflow's bar for every artifact it uploads or downloads (the logged policy has a dozen files).
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+from rlvr_factory import tracking  # noqa: E402
+from rlvr_factory.config_loader import ConfigLoader  # noqa: E402
+from rlvr_factory.hooks import MlflowLineageHook, ModelPathHook, PipelineShapeHook, RunConsoleHook  # noqa: E402
 
 
 def _project_root() -> str:
@@ -29,7 +47,7 @@ def _mlflow_artifact_location() -> str | None:
     return tracking.artifact_location(uri)
 
 
-HOOKS = (RLShapeHook(), MlflowLineageHook())
+HOOKS = (PipelineShapeHook(), ModelPathHook(), RunConsoleHook(), MlflowLineageHook())
 
 CONFIG_LOADER_CLASS = ConfigLoader
 CONFIG_LOADER_ARGS = {

@@ -1,24 +1,16 @@
 """Experiment tracking with MLflow: where the store lives, what links a run to its code and data,
-and the run record (curves, metrics, the registered policy). Knows nothing about Kedro."""
+and the round curves as metric histories. Knows nothing about Kedro."""
 
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
-import mlflow
-import pandas as pd
-from matplotlib.figure import Figure
 from mlflow import MlflowClient
 from mlflow.entities import Metric
-from mlflow.models.model import ModelInfo
-
-log = logging.getLogger(__name__)
 
 DVC_ROOT = "DVC_ROOT"  # set by DVC for every stage command: the repository root, the original one even in a temp copy
 DVC_EXP_NAME = "DVC_EXP_NAME"  # set by `dvc exp run` (workspace, --temp and --queue alike)
@@ -78,29 +70,6 @@ def lineage_tags(project_root: str | Path, environ: Mapping[str, str] | None = N
     return tags
 
 
-def round_curves(round_history: list[dict]) -> pd.DataFrame:
-    """Reward, pass rate and validation accuracy per RL round (the table DVC plots and the PNG show)."""
-    if not round_history:
-        raise ValueError("the round history is empty; run the `rl` pipeline first")
-    columns = ["round", "reward_mean", "pass_rate", "val_greedy_accuracy"]
-    return pd.DataFrame([{c: r[c] for c in columns} for r in round_history]).sort_values("round", ignore_index=True)
-
-
-def plot_round_curves(curves: pd.DataFrame) -> Figure:
-    """Reward and accuracy against the round, one figure (rendered without a display)."""
-    figure = Figure(figsize=(6, 3.5), dpi=100)
-    axes = figure.add_subplot()
-    for column, label in (("reward_mean", "mean reward"), ("pass_rate", "rollout pass rate"),
-                          ("val_greedy_accuracy", "validation greedy accuracy")):
-        axes.plot(curves["round"], curves[column], marker="o", label=label)
-    axes.set_xlabel("RL round")
-    axes.set_ylim(-0.02, 1.02)
-    axes.grid(alpha=0.3)
-    axes.legend(loc="best", fontsize="small")
-    figure.tight_layout()
-    return figure
-
-
 def round_metric_history(round_history: list[dict], prefix: str = "rl") -> dict[str, list[tuple[int, float]]]:
     """Each numeric round statistic as `<prefix>.<name>`: [(round, value), ...]."""
     history: dict[str, list[tuple[int, float]]] = {}
@@ -123,30 +92,3 @@ def log_missing_metrics(run_id: str, history: Mapping[str, Iterable[tuple[int, f
     for start in range(0, len(metrics), 1000):  # MLflow's batch limit
         client.log_batch(run_id, metrics=metrics[start:start + 1000])
     return sorted(missing)
-
-
-def log_policy_model(
-    model: Any, tokenizer: Any, registered_name: str | None, metrics: Mapping[str, float]
-) -> ModelInfo:
-    """Log a causal LM with MLflow's transformers flavour in the active run with `metrics`, and
-    register it as `registered_name` (unless None) with the metrics as tags of the new version."""
-    import torch
-    import transformers
-
-    run = mlflow.active_run()
-    if run is None:
-        raise RuntimeError("no active MLflow run to log the policy in; start one (kedro-mlflow does) first")
-    # Pinned requirements: inferring them would load the model again in a subprocess.
-    pip = [f"torch=={torch.__version__.split('+')[0]}", f"transformers=={transformers.__version__}"]
-    info = mlflow.transformers.log_model(
-        {"model": model, "tokenizer": tokenizer}, name="policy", task="text-generation",
-        registered_model_name=registered_name, pip_requirements=pip,
-    )
-    mlflow.log_metrics(dict(metrics), model_id=info.model_id)
-    if registered_name is None:
-        return info
-    client, version = MlflowClient(), str(info.registered_model_version)
-    for key, value in {**metrics, "run_id": run.info.run_id}.items():
-        client.set_model_version_tag(registered_name, version, key, value if isinstance(value, str) else f"{value:.6g}")
-    log.info("registered %s version %s from run %s", registered_name, version, run.info.run_id)
-    return info

@@ -1,4 +1,4 @@
-"""The `report` pipeline's nodes: round curves, rollout sample, and completing an MLflow run's record."""
+"""The `report` pipeline's nodes: round curves, summary, rollout sample, and completing an MLflow run's record."""
 
 from __future__ import annotations
 
@@ -7,9 +7,22 @@ import json
 import mlflow
 import pandas as pd
 import pytest
+import yaml
 from mlflow import MlflowClient
 
-from rlvr_factory.pipelines.report.nodes import plot_round_curves, record_run, round_curves, sample_rollouts
+from rlvr_factory.pipelines.report.nodes import (
+    record_run,
+    round_curves,
+    sample_rollouts,
+    sft_validation_accuracy,
+    summarize,
+)
+from tests.conftest import make_scripted_policy
+from tests.pipelines.conftest import PROJECT_ROOT
+
+PARAMS = {name: yaml.safe_load((PROJECT_ROOT / f"conf/base/parameters_{name}.yml").read_text())
+          for name in ("curate", "verify")}
+DOMAIN, VERIFY = PARAMS["curate"]["domain"], PARAMS["verify"]["verify"]
 
 HISTORY = [
     {"round": 1, "reward_mean": 0.5, "pass_rate": 0.4, "val_greedy_accuracy": 0.3, "kl": 0.01, "lr": 1e-4},
@@ -28,24 +41,30 @@ def _scored(round_index: int, n: int = 10) -> pd.DataFrame:
     })
 
 
-def test_round_curves_are_one_row_per_round_in_order():
-    curves = round_curves(HISTORY)
-    assert list(curves.columns) == ["round", "reward_mean", "pass_rate", "val_greedy_accuracy"]
+def test_round_curves_carry_the_sft_validation_baseline():
+    curves = round_curves(HISTORY, {"greedy_accuracy": 0.05, "num_tasks": 10})
     assert curves["round"].tolist() == [0, 1]
-    assert curves["reward_mean"].tolist() == [0.25, 0.5]
+    assert curves["sft_val_greedy_accuracy"].tolist() == [0.05, 0.05]
 
 
-def test_an_empty_history_is_refused_with_a_hint():
-    with pytest.raises(ValueError, match="run the `rl` pipeline"):
-        round_curves([])
+def test_the_sft_baseline_is_the_greedy_accuracy_on_the_validation_tasks_the_rounds_use():
+    tasks = pd.DataFrame({
+        "task_id": ["v0", "v1", "v2"], "domain": "arithmetic", "prompt": ["Compute 1+1", "Compute 9+9", "Compute 3+4"],
+        "reference": ['{"answer": "2"}', '{"answer": "18"}', '{"answer": "7"}'], "difficulty": 1,
+        "split": "validation", "source": "test",
+    })
+    evaluate = {"validation_size": 2, "sampling": {"max_new_tokens": 8, "temperature": 1.0, "top_p": 1.0, "batch_size": 4}}
+    result = sft_validation_accuracy(make_scripted_policy("7"), tasks, DOMAIN, VERIFY, evaluate)
+    assert result == {"greedy_accuracy": 0.0, "num_tasks": 2}  # "7" is right only for the third, left out
+    evaluate["validation_size"] = 3
+    assert sft_validation_accuracy(make_scripted_policy("7"), tasks, DOMAIN, VERIFY, evaluate)["greedy_accuracy"] == (
+        pytest.approx(1 / 3))
 
 
-def test_the_curve_figure_renders_to_png(tmp_path):
-    figure = plot_round_curves(round_curves(HISTORY))
-    figure.savefig(tmp_path / "curves.png")
-    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
-    assert [line.get_label() for line in figure.axes[0].get_lines()] == [
-        "mean reward", "rollout pass rate", "validation greedy accuracy"]
+def test_summarize_gives_the_headline_numbers_with_the_sft_baseline():
+    summary = summarize({**REPORT, "rounds": 2}, {"greedy_accuracy": 0.05, "num_tasks": 10})
+    assert summary["greedy"] == {"sft": 0.5, "rl": 0.75}
+    assert summary["val"] == {"sft": 0.05, "best": 0.3, "last": 0.3}
 
 
 def test_the_rollout_sample_takes_the_same_rows_of_every_round_each_time():

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 ROLLOUT_COLUMNS = {"round", "task_id", "domain", "sample_index", "prompt", "completion", "prompt_tokens",
                    "completion_tokens", "finish_reason", "policy_version"}
-SCORED_COLUMNS = ROLLOUT_COLUMNS | {"reward", "correct", "reward_breakdown", "status", "verify_ms"}
+SCORED_COLUMNS = ROLLOUT_COLUMNS | {"reward", "correct", "reward_breakdown", "status"}
 
 
 def _kedro_cli(project, params: dict, *extra: str) -> subprocess.Popen:
@@ -37,6 +37,17 @@ def _kedro_cli(project, params: dict, *extra: str) -> subprocess.Popen:
 
 def _log_tail(project) -> str:
     return (project / "run.log").read_text()[-3000:]
+
+
+def _kill_once_written(project, params: dict, written, *extra: str) -> None:
+    """Start `kedro run` and SIGKILL it as soon as the file `written` exists (a checkpoint, say)."""
+    process = _kedro_cli(project, params, *extra)
+    deadline = time.monotonic() + 600
+    while not written.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert written.exists(), _log_tail(project)
 
 
 def test_each_round_persists_one_row_per_completion(tiny_run):
@@ -150,14 +161,7 @@ def test_a_killed_run_resumes_from_its_last_checkpoint_to_the_same_result(tmp_pa
     run_pipeline(reference, params)
 
     project = make_project(tmp_path / "killed")
-    checkpoint = project / "data/06_models/checkpoints/round_001/optimizer.pt"
-    process = _kedro_cli(project, params)
-    deadline = time.monotonic() + 600
-    while not checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert checkpoint.exists(), _log_tail(project)
+    _kill_once_written(project, params, project / "data/06_models/checkpoints/round_001/optimizer.pt")
     assert not (project / "data/08_reporting/metrics.json").exists(), "the run finished before it was killed"
 
     resumed = _kedro_cli(project, params, "--from-nodes=round_002.rollout")

@@ -34,7 +34,7 @@ def frames(tmp_path):
     rollouts = pd.read_parquet(tmp_path / "r.parquet")
     judged = [Score(1.0, True), None, Score(0.0, False), None]
     scores = [j if j is not None else v for j, v in zip(judged, verdicts(rollouts))]
-    return episodes, rollouts, scored_frame(rollouts, scores, 0.4)
+    return episodes, rollouts, scored_frame(rollouts, scores)
 
 
 def test_a_rollouts_row_is_the_whole_trajectory(tmp_path):
@@ -47,8 +47,7 @@ def test_a_rollouts_row_is_the_whole_trajectory(tmp_path):
     assert row["completion_tokens"] == 5 and row["num_turns"] == 2 and row["prompt_tokens"] == 3
     assert [t["reward"] for t in json.loads(row["turns"])] == [0.0, 0.5]
     assert row["answer"] == "\\boxed{3}" and pd.isna(row["verdict"])  # judged by the verify station
-    assert json.loads(rollouts.iloc[1]["verdict"]) == {"reward": 0.0, "correct": False, "status": "ok",
-                                                      "breakdown": {"unfinished": 1.0}}
+    assert verdicts(rollouts)[1] == Score(0.0, False, breakdown={"unfinished": 1.0})
     assert (row["round"], row["policy_version"], row["task_id"]) == (3, 7, "a")
 
 
@@ -56,7 +55,7 @@ def test_the_scored_breakdown_counts_the_episodes_tool_calls(tmp_path):
     _, _, scored = frames(tmp_path)
     assert json.loads(scored.iloc[0]["reward_breakdown"]) == {"tool_calls": 1.0, "tool_errors": 0.0}
     assert json.loads(scored.iloc[1]["reward_breakdown"]) == {"tool_calls": 1.0, "unfinished": 1.0}
-    assert list(scored["reward"]) == [1.0, 0.0, 0.0, 0.0] and scored["verify_ms"].iloc[0] == pytest.approx(100.0)
+    assert list(scored["reward"]) == [1.0, 0.0, 0.0, 0.0] and "verify_ms" not in scored  # timings live in MLflow
 
 
 def test_samples_carry_the_loss_mask_turns_and_turn_rewards(tmp_path):

@@ -31,7 +31,7 @@ def scored_round(policy, rewards=None, tmp_path=None) -> tuple[list, pd.DataFram
         rollouts.to_parquet(tmp_path / "rollouts.parquet")
         rollouts = pd.read_parquet(tmp_path / "rollouts.parquet")
     rewards = rewards or [float(i % 2) for i in range(len(episodes))]
-    return episodes, scored_frame(rollouts, [Score(r, r > 0) for r in rewards], 0.0)
+    return episodes, scored_frame(rollouts, [Score(r, r > 0) for r in rewards])
 
 
 def test_the_update_trains_on_exactly_the_tokens_the_engine_sampled(tmp_path):

@@ -129,6 +129,12 @@ class TestScore:
         score = verifier.score("    while True:\n        pass\n", GOLD)
         assert (score.reward, score.status, score.breakdown["hack_suspected"]) == (0.0, "timeout", 0.0)
 
+    def test_a_busy_candidate_stopped_by_its_cpu_limit_is_a_timeout_too(self):
+        # whichever time limit a busy loop reaches first (on a quiet machine, the CPU limit), the status is timeout
+        cpu_bound = CodeVerifier(limits={"timeout_s": 30.0, "cpu_s": 1}, process_weight=0.0)
+        score = cpu_bound.score("    while True:\n        pass\n", GOLD)
+        assert (score.reward, score.status, score.breakdown["hack_suspected"]) == (0.0, "timeout", 0.0)
+
     def test_a_program_that_fails_to_load_scores_zero(self, verifier):
         score = verifier.score("```python\nimport no_such_module\ndef squares(xs):\n    return xs\n```", GOLD)
         assert score.reward == 0.0 and score.breakdown["load_error"] == 1.0 and score.status == "ok"

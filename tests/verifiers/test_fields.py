@@ -1,6 +1,7 @@
 """The structured-extraction verifier: normalisation, per-field credit, cross-checks, near misses."""
 
 import json
+import time
 from decimal import Decimal
 
 import pytest
@@ -185,3 +186,67 @@ def test_a_gold_with_an_unknown_type_or_a_missing_value_is_refused():
         make_gold({"total": "money"}, {"total": "1"})
     with pytest.raises(ValueError, match="without a value"):
         make_gold({"total": "amount"}, {})
+
+
+# red team: inputs that crashed or hung the verifier, and ambiguous answers that earned credit
+
+TAXED = make_gold({"subtotal": "amount", "tax_rate": "rate", "tax": "amount", "total": "amount"},
+                  {"subtotal": "100.00", "tax_rate": "20%", "tax": "20.00", "total": "120.00"})
+TAXED_RIGHT = '{"subtotal": 100, "tax_rate": "20%", "tax": 20, "total": 120}'
+
+
+@pytest.mark.parametrize("completion", [
+    '{"subtotal": NaN, "tax_rate": NaN, "tax": NaN, "total": NaN}',
+    '{"subtotal": Infinity, "tax_rate": 0.2, "tax": -Infinity, "total": Infinity}',
+    '{"subtotal": 1e400, "tax_rate": 1e-400, "tax": 1e999999, "total": 120}',
+    '{"subtotal": ' + "9" * 50 + ', "tax_rate": 0.2, "tax": ' + "9" * 49 + ', "total": ' + "1" * 50 + '}',
+    '{"subtotal": "' + "9" * 50 + '", "tax_rate": "' + "9" * 50 + '%", "tax": "1e5", "total": "1' + ",000" * 40 + '"}',
+    '{"subtotal": ' + "7" * 5000 + ', "tax": 20, "total": 120}',
+    '{"subtotal": ' + "[" * 9000 + "]" * 9000 + "}",
+    '{"subtotal": ' + '{"a": ' * 2500 + "1" + "}" * 2500 + "}",
+    '{"subtotal": [100, {"x": null}], "tax_rate": {"r": 1}, "tax": [], "total": true}',
+    '{"line_items": [NaN, 1e400, {"amount": Infinity}], "subtotal": NaN}',
+])
+def test_any_json_like_answer_gets_a_score_with_a_status(completion):
+    verdict = VERIFIER.score(completion, TAXED)
+    assert verdict.status == "ok" and 0.0 <= verdict.reward < 1.0 and not verdict.correct
+
+
+@pytest.mark.parametrize("gold", ["not json", "{}", '{"schema": {"a": "amount"}}', '{"schema": [], "values": 3}',
+                                  '{"schema": {"a": "money"}, "values": {"a": 1}}'])
+def test_a_malformed_gold_is_an_error_with_a_message_not_an_exception(gold):
+    verdict = VERIFIER.score(TAXED_RIGHT, gold)
+    assert verdict.status == "error" and verdict.message and verdict.reward == 0.0
+
+
+@pytest.mark.parametrize("completion", [
+    '{"subtotal": 100, "tax_rate": "20%", "tax": 20, "total": 999, "total": 120}',  # json.loads keeps the last
+    '{"subtotal": 100, "tax_rate": "20%", "tax": 20, "total": 120, "total": "120.00", "total": 7}',
+    '```json\n' + TAXED_RIGHT + '\n```\nor, if not,\n```json\n{"subtotal": 100, "tax_rate": "10%", "tax": 10, '
+    '"total": 110}\n```',
+    TAXED_RIGHT + ' or ' + TAXED_RIGHT.replace("120", "121"),
+    '{"subtotal": 1} ' + TAXED_RIGHT,  # the first object was the only one looked at, or the fenced one
+])
+def test_ambiguous_answers_earn_nothing(completion):
+    verdict = VERIFIER.score(completion, TAXED)
+    assert verdict.reward == 0.0 and not verdict.correct and verdict.breakdown["ambiguous"] == 1.0
+
+
+def test_the_same_answer_twice_or_a_repeated_key_with_the_same_value_is_not_ambiguous():
+    assert VERIFIER.score(TAXED_RIGHT + "\n```json\n" + TAXED_RIGHT + "\n```", TAXED).correct
+    assert VERIFIER.score(TAXED_RIGHT.replace('"total": 120', '"total": 120, "total": 120'), TAXED).correct
+
+
+@pytest.mark.parametrize("completion", [
+    "{" * 20_000,
+    '{"a": ' * 3300,
+    "{" + '"x": "' * 3300,
+    "[" * 20_000,
+    '{"a": "' + "\\\\" * 9000 + '"}' * 200,
+    " " * 19_000 + "{" + " " * 900 + "}",
+    "{}" * 10_000,
+])
+def test_pathological_completions_are_judged_in_bounded_time(completion):
+    started = time.perf_counter()
+    verdict = VERIFIER.score(completion, TAXED)
+    assert time.perf_counter() - started < 0.5 and verdict.status == "ok" and not verdict.correct

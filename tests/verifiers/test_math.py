@@ -272,11 +272,17 @@ def test_a_multiple_choice_gold_reads_the_picked_letter():
         ("\\$1,000", "1000"),
         ("12 cm", "12"),
         ("90^\\circ", "90"),
-        ("0.3333", "\\frac{1}{3}"),
     ],
 )
 def test_numbers_match_across_notations(predicted, gold):
     assert answers_match(predicted, gold)
+
+
+def test_a_decimal_rounded_from_an_exact_gold_counts_only_where_rounding_is_allowed():
+    assert not answers_match("0.3333", "\\frac{1}{3}")
+    assert answers_match("0.3333", "\\frac{1}{3}", rounding=True)
+    assert not MathVerifier().score("\\boxed{1.414}", "\\sqrt{2}").correct
+    assert MathVerifier(rounding=True).score("\\boxed{1.414}", "\\sqrt{2}").correct
 
 
 @pytest.mark.parametrize(
@@ -287,14 +293,15 @@ def test_rounded_or_different_numbers_do_not_match(predicted, gold):
     assert not answers_match(predicted, gold)
 
 
-def test_tolerance_is_relative():
-    assert MathVerifier(tolerance=1e-3).score(r"\boxed{1000.5}", "1000").correct
-    assert not MathVerifier().score(r"\boxed{1000.5}", "1000").correct
+def test_tolerance_is_relative_and_applies_only_to_a_gold_written_as_a_decimal():
+    assert MathVerifier(tolerance=1e-3).score(r"\boxed{1000.5}", "1000.0").correct
+    assert not MathVerifier().score(r"\boxed{1000.5}", "1000.0").correct
+    assert not MathVerifier(tolerance=1e-3).score(r"\boxed{1000.5}", "1000").correct  # integers compare exactly
 
 
 def test_huge_exponents_are_not_plain_numbers():
     assert as_number("1e999999999") is None
-    assert as_number("1e5") == (100000, False, None)
+    assert as_number("1e5").value == 100000
 
 
 # symbolic

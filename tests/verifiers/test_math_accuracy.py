@@ -31,6 +31,19 @@ KNOWN_DISAGREEMENTS = {
     "Math-Verify's default (False), so 187 agrees and 186 cannot",
     254: "same gold/pred as row 253 with the opposite expectation (strict=False there); we keep strict variable "
     "comparison, so f(x) != f(y)",
+    **dict.fromkeys(
+        (98, 100, 101, 114, 115),
+        "an equation chain with a false step ('x = 5+5+1 = 7 = 11', 'z = 3+3 = 2'): Math-Verify keeps the last "
+        "side; a careful grader does not accept an equation whose sides differ (issue 14)",
+    ),
+}
+# Math-Verify's own cases follow its rounding policy (verify's float_rounding, in each row's note), so
+# they are judged with rounding allowed; the default (exact golds need exact answers) differs on these.
+ROUNDING_CASES = {
+    126: "1/12 as 0.0833333333333333",
+    133: "a matrix of 1/3 and 1/5 as 0.33 and 0.2",
+    139: "(3/5, 8/3] as (0.6, 2.6667]",
+    269: "1/3 as 0.3333",
 }
 
 
@@ -49,20 +62,23 @@ def verifier() -> MathVerifier:
     return MathVerifier()
 
 
-def test_agrees_with_math_verify_on_its_own_cases(verifier):
+def _disagreements(verifier: MathVerifier, rows: list[dict]) -> set[int]:
+    return {i for i, row in enumerate(rows) if verifier.score(row["pred"], row["gold"]).correct != row["expected"]}
+
+
+def test_agrees_with_math_verify_on_its_own_cases():
     rows = _rows("mathverify/cases.jsonl")
-    disagreements = [
-        i
-        for i, row in enumerate(rows)
-        if verifier.score(row["pred"], row["gold"]).correct != row["expected"]
-    ]
+    disagreements = _disagreements(MathVerifier(rounding=True), rows)
     agreement = 1 - len(disagreements) / len(rows)
-    assert agreement >= 0.98, (
-        f"agreement {agreement:.3f}; disagreements at rows {disagreements}"
+    assert agreement >= 0.965, f"agreement {agreement:.3f}; disagreements at rows {sorted(disagreements)}"
+    assert disagreements <= set(KNOWN_DISAGREEMENTS), (
+        f"new disagreements: {disagreements - set(KNOWN_DISAGREEMENTS)}"
     )
-    assert set(disagreements) <= set(KNOWN_DISAGREEMENTS), (
-        f"new disagreements: {set(disagreements) - set(KNOWN_DISAGREEMENTS)}"
-    )
+
+
+def test_without_rounding_only_the_decimal_approximations_of_exact_golds_change(verifier):
+    rows = _rows("mathverify/cases.jsonl")
+    assert _disagreements(verifier, rows) - _disagreements(MathVerifier(rounding=True), rows) == set(ROUNDING_CASES)
 
 
 def test_every_math500_reference_solution_is_judged_correct(verifier):

@@ -14,20 +14,25 @@ class PolicyDataset(AbstractDataset[Policy, Policy]):
     """Saves with `save_pretrained` (model and tokenizer) and loads with the Auto classes.
 
     With `with_optimizer`, the optimizer state is saved and restored too, so a policy
-    saved mid-training resumes with its optimizer moments.
+    saved mid-training resumes with its optimizer moments. With `frozen`, the policy loads
+    with every weight frozen (a reference model that is never trained).
     """
 
     def __init__(
         self, path: str, device: str = "auto", dtype: str = "float32", with_optimizer: bool = False,
-        metadata: dict[str, Any] | None = None,
+        frozen: bool = False, metadata: dict[str, Any] | None = None,
     ):
         self._path = Path(path)
         self._device, self._dtype = device, dtype
         self._with_optimizer = with_optimizer
+        self._frozen = frozen
         self.metadata = metadata
 
     def load(self) -> Policy:
-        return load_policy(self._path, self._device, self._dtype, self._with_optimizer)
+        policy = load_policy(self._path, self._device, self._dtype, self._with_optimizer)
+        if self._frozen:
+            policy.model.requires_grad_(False)
+        return policy
 
     def save(self, data: Policy) -> None:
         save_policy(data, self._path, with_optimizer=self._with_optimizer)

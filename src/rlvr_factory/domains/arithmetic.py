@@ -108,6 +108,7 @@ class ArithmeticDomain:
     """Seeded arithmetic tasks, split into train / validation / test without overlap."""
 
     name = "arithmetic"
+    verifier_class = MathVerifier  # the reward, built from the block's `verifier` options
 
     def __init__(
         self,
@@ -120,7 +121,7 @@ class ArithmeticDomain:
         self.levels = {int(k): Level(**v) for k, v in levels.items()}
         self.splits = dict(splits)
         self.seed = seed
-        self.verifier = MathVerifier(**(verifier or {}))
+        self.verifier = self.verifier_class(**(verifier or {}))
         tool = dict(tool or {})
         self.tool = ToolSettings(**{**tool, "limits": CalculatorLimits(**tool.get("limits", {}))})
 

@@ -75,6 +75,7 @@ class CodeDomain:
     """Python function tasks with tests; the reward runs them in a sandbox (see verifiers/code.py)."""
 
     name = "code"
+    verifier_class = CodeVerifier  # the reward, built from the block's `verifier` options
 
     def __init__(
         self,
@@ -90,7 +91,7 @@ class CodeDomain:
         self.seed = seed  # which tasks go to which split
         self.hf_split = hf_split
         self.hf_options = dict(hf_options or {})
-        self.verifier = CodeVerifier(**(verifier or {}))
+        self.verifier = self.verifier_class(**(verifier or {}))
 
     def generate_tasks(self) -> list[Task]:
         """The source's tasks, shuffled with `seed` and cut into the splits in order (train first)."""

@@ -176,6 +176,7 @@ class ExtractionDomain:
     """Seeded extraction tasks over generated documents, split into train / validation / test."""
 
     name = "extraction"
+    verifier_class = FieldsVerifier  # the reward, built from the block's `verifier` options
 
     def __init__(self, splits: Mapping[str, int], levels: list[int] | tuple[int, ...] = (1, 2), seed: int = 0,
                  verifier: Mapping[str, Any] | None = None) -> None:
@@ -184,7 +185,7 @@ class ExtractionDomain:
         self.splits = dict(splits)
         self.levels = sorted(int(level) for level in levels)
         self.seed = seed
-        self.verifier = FieldsVerifier(**(verifier or {}))
+        self.verifier = self.verifier_class(**(verifier or {}))
 
     def _task(self, rng: random.Random, level: int) -> tuple[str, dict[str, Any]]:
         doc = draw_document(rng, level)

@@ -21,6 +21,11 @@ from rlvr_factory.verifiers.score import Score
 TAG = "domain"  # the reference key naming a mixed task's member domain
 
 
+def tag_gold(key: str, gold: str) -> str:
+    """A member's gold as the mix's verifier reads it: tagged with the member's key."""
+    return json.dumps({TAG: key, "gold": gold})
+
+
 def _tag_row(key: str, row: dict[str, Any]) -> dict[str, Any]:
     """A raw row labelled with its member's key; a reference that is not a JSON object is left for validation to refuse."""
     reference = row.get("reference")
@@ -104,7 +109,7 @@ class DomainMix:
         if TAG not in reference:
             raise ValueError(f"a mixed task's reference needs a {TAG!r} tag; got keys {sorted(reference)}")
         key = reference[TAG]
-        return json.dumps({TAG: key, "gold": self.member(key).gold(reference)})
+        return tag_gold(key, self.member(key).gold(reference))
 
     def demonstration(self, task: Task, worked: bool = True) -> str:
         """The member domain's demonstration."""

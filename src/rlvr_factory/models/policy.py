@@ -43,6 +43,37 @@ def resolve_device(device: str) -> str:
     return device
 
 
+MODEL_DIR_CONTENTS = (
+    "a model directory is what `save_pretrained` writes for a causal LM and its tokenizer: config.json, "
+    "the weights (model.safetensors, pytorch_model.bin or a sharded index of them) and the tokenizer "
+    "(tokenizer.json or tokenizer_config.json)"
+)
+
+
+def looks_local(name_or_path: str | Path) -> bool:
+    """Whether a model reference names a local path rather than a hub id (`name` or `org/name`)."""
+    path = Path(name_or_path)
+    return path.is_absolute() or str(name_or_path).startswith(".") or len(path.parts) > 2
+
+
+def model_dir_problem(path: str | Path) -> str | None:
+    """What keeps `path` from being a loadable model directory (see `MODEL_DIR_CONTENTS`), or None."""
+    path = Path(path)
+    if not path.exists():
+        return "no such directory"
+    if not path.is_dir():
+        return "not a directory"
+    missing = [
+        what for what, present in (
+            ("config.json", (path / "config.json").is_file()),
+            ("the weights", any(path.glob("*.safetensors")) or any(path.glob("pytorch_model*.bin"))
+             or any(path.glob("*.index.json"))),
+            ("the tokenizer", (path / "tokenizer.json").is_file() or (path / "tokenizer_config.json").is_file()),
+        ) if not present
+    ]
+    return f"it lacks {' and '.join(missing)}" if missing else None
+
+
 def load_policy(
     name_or_path: str | Path,
     device: str = "auto",
@@ -54,9 +85,7 @@ def load_policy(
     Raises FileNotFoundError with a hint when a local-looking path does not exist.
     """
     path = Path(name_or_path)
-    # Hub ids are "name" or "org/name"; anything absolute, relative-dotted or deeper is a path.
-    looks_local = path.is_absolute() or str(name_or_path).startswith(".") or len(path.parts) > 2
-    if looks_local and not path.exists():
+    if looks_local(name_or_path) and not path.exists():
         raise FileNotFoundError(
             f"no model directory at {path}; run the pipeline that builds it "
             f"(e.g. `kedro run --pipeline=base_model`) or set model.name_or_path"

@@ -71,9 +71,12 @@ def build_or_load_base_model(
         raise ValueError("the pre-training corpus is empty")
     target = Path(cache_dir) / f"tiny-{fingerprint(model, corpus, train, seed)}"
     if (target / "config.json").exists():
-        log.info("base model: reusing %s", target)
+        log.info("base model: reusing the cached %s", target)
         return target
-    log.info("base model: pre-training a tiny Llama into %s", target)
+    log.info(
+        "base model: one-off pre-training of the embedded tiny Llama (%d steps); it is cached in %s "
+        "and every later run with this configuration reuses it", train.steps, target,
+    )
     seed_everything(seed)
     tokenizer = build_byte_tokenizer()
     net = build_tiny_model(

@@ -221,7 +221,7 @@ def _advance(episode: Episode, result: Step | Failed, chat: ChatFormat, history:
 
 
 def _fail(episode: Episode, failure: Failed) -> None:
-    _finish(episode, failure.status, Score(0.0, False, status=failure.status))
+    _finish(episode, failure.status, Score(0.0, False, status=failure.status, message=failure.message))
     episode.error = failure.message
 
 

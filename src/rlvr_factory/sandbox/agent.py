@@ -32,8 +32,9 @@ import os
 import pickle
 import resource
 import select
-import shutil
 import signal
+import socket
+import stat
 import struct
 import sys
 import tarfile
@@ -260,11 +261,14 @@ def serve_program(source: str, rfd: int, wfd: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The agent process.
+# Where every run starts: a pristine template process.
 
 
 def apply_limits(limits: dict) -> None:
-    """Set this process's rlimits from a `Limits` dict (CPU s, memory MB, processes, file size MB, open files)."""
+    """Set this process's rlimits from a `Limits` dict (CPU s, memory MB, processes, file size MB, open files).
+
+    POSIX message queues are refused outright (they would outlive the run in the sandbox's IPC namespace).
+    """
     mb = 1024 * 1024
     settings = [
         (resource.RLIMIT_CPU, int(limits["cpu_s"]), int(limits["cpu_s"]) + 1),
@@ -273,12 +277,306 @@ def apply_limits(limits: dict) -> None:
         (resource.RLIMIT_FSIZE, int(limits["file_size_mb"]) * mb, int(limits["file_size_mb"]) * mb),
         (resource.RLIMIT_NOFILE, int(limits["open_files"]), int(limits["open_files"])),
         (resource.RLIMIT_CORE, 0, 0),
+        (resource.RLIMIT_MSGQUEUE, 0, 0),
     ]
     for which, soft, hard in settings:
         _, current_hard = resource.getrlimit(which)
         if current_hard != resource.RLIM_INFINITY:
             soft, hard = min(soft, current_hard), min(hard, current_hard)
         resource.setrlimit(which, (soft, hard))
+
+
+# The descriptors a run receives, in this order: its job channel (the job, then a program's calls),
+# its stdin, stdout, stderr, and the channel it answers on (first its pid when it is ready).
+_JOB_FDS = 5
+SPAWN_TIMEOUT_S = 2.0  # a run process not ready in this time means the template is gone or stopped
+
+
+def _run_job(fds: list[int], workspace: str) -> None:
+    """In a fresh run process (forked from the template): set up, say it is ready, wait for the job
+    and its limits, become it. Never returns."""
+    job, stdin, stdout, stderr, reply = fds
+    try:
+        signal.set_wakeup_fd(-1)
+        os.setsid()
+        for signum in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
+            signal.signal(signum, signal.SIG_DFL)
+        for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
+            os.dup2(fd, target)
+        os.closerange(3, min(job, reply))
+        os.closerange(min(job, reply) + 1, max(job, reply))
+        os.closerange(max(job, reply) + 1, 1 << 16)
+        os.chdir(workspace)
+        write_frame(reply, struct.pack("!i", os.getpid()))
+        message = safe_loads(read_frame(job) or b"")
+        apply_limits(message[-1])
+        if message[0] == "exec":
+            _, argv, env, _ = message
+            os.close(job)
+            os.close(reply)
+            try:
+                os.execvpe(argv[0], argv, env)
+            except BaseException as e:  # noqa: BLE001
+                os.write(2, f"sandbox: cannot run {argv[0]!r}: {e}\n".encode())
+            os._exit(127)
+        serve_program(message[1], job, reply)
+    finally:
+        os._exit(1)
+
+
+_EXIT_REPORT = struct.Struct("=ii")  # (pid, wait status) of a run process that ended
+
+
+def _serve_template(sock: socket.socket, workspace: str) -> None:
+    """The template's loop: fork a run process for each descriptor set it is sent; report how each ends.
+
+    The template is forked from the agent before the agent has received anything but its
+    configuration, and it is sent descriptors only, never a program, an input or an output:
+    each run process starts as a copy of it, so nothing of an earlier run is in its memory. Its
+    children's wait statuses (a run's only output it ever sees) go from the kernel into one C
+    buffer, straight to the agent, and the buffer is zeroed: no Python object ever holds them.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    status, report = ctypes.c_int(0), (ctypes.c_int32 * 2)()
+    wake_r, wake_w = os.pipe()
+    for fd in (wake_r, wake_w):
+        os.set_blocking(fd, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that SIGCHLD wakes the loop
+    while True:
+        readable = select.select([sock, wake_r], [], [])[0]
+        if wake_r in readable:
+            _drain_pipe(wake_r)
+            while (pid := libc.waitpid(-1, ctypes.byref(status), os.WNOHANG)) > 0:
+                report[0] = pid
+                ctypes.memmove(ctypes.byref(report, 4), ctypes.byref(status), 4)
+                libc.send(sock.fileno(), report, _EXIT_REPORT.size, 0)
+                ctypes.memset(report, 0, _EXIT_REPORT.size)
+                ctypes.memset(ctypes.byref(status), 0, 4)
+        if sock in readable:
+            try:
+                _, fds, _, _ = socket.recv_fds(sock, 16, _JOB_FDS)
+            except OSError:
+                os._exit(0)
+            if not fds:  # the agent is gone
+                os._exit(0)
+            if len(fds) == _JOB_FDS and os.fork() == 0:
+                _run_job(fds, workspace)
+            for fd in fds:
+                os.close(fd)
+
+
+def _drain_pipe(fd: int) -> None:
+    """Read a non-blocking pipe empty."""
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
+
+
+class RunProcess:
+    """A run process forked from the template and waiting for its job: the agent's ends of its job,
+    stdin, stdout, stderr and reply channels, and its pid once it has reported ready."""
+
+    def __init__(self, fds: tuple[int, int, int, int, int]) -> None:
+        self.job, self.stdin, self.stdout, self.stderr, self.reply = fds
+        self.pid: int | None = None
+
+    def ready(self, timeout: float) -> int | None:
+        """Its pid, waiting up to `timeout` seconds for it to report; None if it has not (or never will)."""
+        if self.pid is None and select.select([self.reply], [], [], timeout)[0]:
+            try:
+                header = read_frame(self.reply, time.monotonic() + timeout, limit=4)
+            except (OSError, TimeoutError, ProtocolError):
+                header = None
+            self.pid = struct.unpack("!i", header)[0] if header is not None and len(header) == 4 else -1
+        return self.pid if self.pid is not None and self.pid > 0 else None
+
+    def close(self) -> None:
+        """Drop it: without its job channel it exits by itself."""
+        for fd in (self.job, self.stdin, self.stdout, self.stderr, self.reply):
+            os.close(fd)
+
+
+class Template:
+    """The agent's handle on its template process (see `_serve_template`)."""
+
+    def __init__(self, workspace: str) -> None:
+        agent_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.pid = os.fork()
+        if self.pid == 0:
+            agent_end.close()
+            os.dup2(0, 2)  # /dev/null: nothing of the host's channels stays open in the template
+            os.closerange(3, template_end.fileno())
+            os.closerange(template_end.fileno() + 1, 1 << 16)
+            try:
+                _serve_template(template_end, workspace)
+            finally:
+                os._exit(0)
+        template_end.close()
+        self.sock = agent_end
+        self.alive = True
+        self.ended: dict[int, int] = {}  # pid -> wait status of the run processes reported ended
+
+    def spawn(self, fds: list[int]) -> bool:
+        """Ask for a run process holding `fds` (it reports its pid on its reply channel); False when gone."""
+        try:
+            socket.send_fds(self.sock, [b"spawn"], fds)
+        except OSError:
+            self.alive = False
+        return self.alive
+
+    def collect(self, timeout: float = 0.0) -> None:
+        """Read the exit reports that arrive within `timeout` seconds (then those already there)."""
+        while self.alive and select.select([self.sock], [], [], timeout)[0]:
+            timeout = 0.0
+            data = self.sock.recv(_EXIT_REPORT.size)
+            if len(data) != _EXIT_REPORT.size:
+                self.alive = False
+                return
+            pid, status = _EXIT_REPORT.unpack(data)
+            self.ended[pid] = status
+
+    def wait(self, pid: int, deadline: float) -> int | None:
+        """The wait status of run process `pid`, once reported (None past `deadline` or without a template)."""
+        while pid not in self.ended and self.alive and time.monotonic() < deadline:
+            self.collect(deadline - time.monotonic())
+        return self.ended.pop(pid, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# What a run leaves behind, removed and checked.
+
+RESET_BUDGET_S = 2.0  # a reset that takes longer is abandoned and the sandbox replaced
+
+
+class Unclean(Exception):
+    """A reset could not prove that nothing of the last run is left: the sandbox must be replaced."""
+
+
+def _fresh_name(dirfd: int, counter: list[int]) -> str:
+    """A name not taken in the directory `dirfd`."""
+    while True:
+        counter[0] += 1
+        name = f".rlvr-reset-{counter[0]}"
+        try:
+            os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return name
+
+
+def clear_directory(path: str, keep: frozenset[str] = frozenset(), deadline: float = float("inf")) -> None:
+    """Remove everything in `path` but the entries named in `keep`, however deep, locked or odd the tree.
+
+    Without recursion: each directory's entries are moved up into `path`, unlocked (the run's
+    files all belong to the sandbox user), and the emptied directory removed, so any depth and
+    any permissions are undone in time linear in the number of entries. Unclean if it overruns
+    `deadline` or anything is left.
+    """
+    dirfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    counter = [0]
+    try:
+        while True:
+            names = [n for n in os.listdir(dirfd) if n not in keep]
+            if not names:
+                return
+            for name in names:
+                if time.monotonic() > deadline:
+                    raise Unclean(f"clearing {path} ran past its {RESET_BUDGET_S} s budget")
+                _remove_entry(dirfd, name, counter)
+    except OSError as e:
+        raise Unclean(f"cannot clear {path}: {e}") from None
+    finally:
+        os.close(dirfd)
+
+
+def _remove_entry(dirfd: int, name: str, counter: list[int]) -> None:
+    """Unlink a file, or move a directory's entries up into `dirfd` and remove the directory."""
+    if not stat.S_ISDIR(os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode):
+        os.unlink(name, dir_fd=dirfd)
+        return
+    os.chmod(name, 0o700, dir_fd=dirfd)  # a directory, not a link: nothing else runs to swap it
+    sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dirfd)
+    try:
+        for child in os.listdir(sub):
+            if stat.S_ISDIR(os.stat(child, dir_fd=sub, follow_symlinks=False).st_mode):
+                os.chmod(child, 0o700, dir_fd=sub)  # moving a directory writes its '..'
+            os.rename(child, _fresh_name(dirfd, counter), src_dir_fd=sub, dst_dir_fd=dirfd)
+    finally:
+        os.close(sub)
+    os.rmdir(name, dir_fd=dirfd)
+
+
+_IPC = (("shm", "shmctl"), ("msg", "msgctl"), ("sem", "semctl"))
+_IPC_RMID = 0
+
+
+def remove_ipc_objects() -> None:
+    """Remove every System V shared-memory segment, message queue and semaphore set of this IPC namespace."""
+    for kind, control in _IPC:
+        idents = _ipc_ids(kind)
+        if not idents:
+            continue
+        libc = ctypes.CDLL(None, use_errno=True)
+        for ident in idents:
+            if kind == "sem":
+                getattr(libc, control)(ident, 0, _IPC_RMID)
+            else:
+                getattr(libc, control)(ident, _IPC_RMID, None)
+        if _ipc_ids(kind):
+            raise Unclean(f"System V {kind} objects outlived the run")
+
+
+def _ipc_ids(kind: str) -> list[int]:
+    try:
+        with open(f"/proc/sysvipc/{kind}") as table:
+            return [int(line.split()[1]) for line in table.readlines()[1:] if line.strip()]
+    except OSError:
+        return []
+
+
+class Skeleton:
+    """The sandbox's own paths inside its writable roots (the mount points of a Python installation
+    under /tmp, and the directories leading to them): kept by a reset, checked to be as they started."""
+
+    def __init__(self, roots: list[str], mounts: list[str]) -> None:
+        self.entries: dict[str, tuple[int, int, int]] = {}
+        self.dirs: list[str] = []  # the directories between a root and a mount point, outermost first
+        for mount in mounts:
+            root = next((r for r in roots if mount.startswith(r.rstrip("/") + "/")), None)
+            if root is None:
+                continue
+            parts = []
+            parent = os.path.dirname(mount)
+            while parent != root:
+                parts.insert(0, parent)
+                parent = os.path.dirname(parent)
+            for path in [*parts, mount]:
+                info = os.stat(path, follow_symlinks=False)
+                self.entries[path] = (info.st_dev, info.st_ino, info.st_mode)
+            self.dirs += [d for d in parts if d not in self.dirs]
+
+    def names_in(self, directory: str) -> frozenset[str]:
+        """The names in `directory` that belong to the skeleton."""
+        return frozenset(os.path.basename(p) for p in self.entries if os.path.dirname(p) == directory)
+
+    def check(self) -> None:
+        """Undo mode changes on the skeleton, then check that every part of it is where it was."""
+        for path, (dev, ino, mode) in self.entries.items():
+            try:
+                info = os.stat(path, follow_symlinks=False)
+                if (info.st_dev, info.st_ino) == (dev, ino) and info.st_mode != mode:
+                    os.chmod(path, stat.S_IMODE(mode))
+                    info = os.stat(path, follow_symlinks=False)
+            except OSError as e:
+                raise Unclean(f"the sandbox's own {path} is gone: {e}") from None
+            if (info.st_dev, info.st_ino, info.st_mode) != (dev, ino, mode):
+                raise Unclean(f"the sandbox's own {path} was changed")
+
+
+# ---------------------------------------------------------------------------------------------
+# The agent process.
 
 
 class _Capture:
@@ -306,14 +604,26 @@ class _Capture:
 
 
 class Agent:
-    """Serves the host's commands; at most one child (command or program) runs at a time."""
+    """Serves the host's commands; at most one run (command or program) at a time.
+
+    Every run is a fresh process forked from the template, never from the agent, whose memory
+    holds what earlier runs sent and returned. After a run every other process is killed and
+    the workspace, /tmp, /dev/shm and the IPC namespace are reset; when a reset cannot prove
+    it removed everything, the run's result says the sandbox is `spent` and the host replaces it.
+    """
 
     def __init__(self, config: dict) -> None:
         self.cin, self.cout = config["fds"]
         self.workspace = config["workspace"]
         self.scratch = [p for p in config["scratch"] if os.path.isdir(p)]
+        self.private_ipc = bool(config.get("private_ipc"))
         self.pid1 = os.getpid() == 1
         self.reset_after_run = bool(config.get("reset_after_run", True))
+        roots = [self.workspace, *self.scratch]
+        self.skeleton = Skeleton(roots, [p for p in config.get("keep", ()) if os.path.exists(p)])
+        self.modes = {d: os.stat(d).st_mode for d in [*roots, *self.skeleton.dirs]}  # what a reset restores
+        self.template = Template(self.workspace)
+        self.ready: RunProcess | None = None  # the next run's process, forked while the current run runs
         self.base: bytes | None = None
         self.child: int | None = None
         self.captures: list[_Capture] = []
@@ -321,10 +631,12 @@ class Agent:
         self.deadline = float("inf")
         self.started = 0.0
         self._exit_status: int | None = None
+        self.spent = ""  # why this sandbox must be replaced; empty while it is clean
 
     # -- commands ------------------------------------------------------------------------------
 
     def serve(self) -> None:
+        self.ready = self._prepare()
         while True:
             frame = read_frame(self.cin)
             if frame is None:
@@ -336,46 +648,25 @@ class Agent:
             except Exception as e:  # noqa: BLE001 - a failed command is reported; the agent serves on
                 reply = ("error", f"{message[0]}: {type(e).__name__}: {e}")
             write_frame(self.cout, dumps(reply))
+            if self.ready is None and self.child is None and not self.spent:
+                self.ready = self._prepare()  # while the host works on the reply
 
     def _cmd_ping(self):
         return ("pong", os.getpid())
 
     def _cmd_exec(self, argv, stdin, env, limits):
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        in_r, in_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                self._enter_child(limits, in_r, out_w, err_w)
-                os.execvpe(argv[0], argv, env)
-            except BaseException as e:  # noqa: BLE001
-                os.write(2, f"sandbox: cannot run {argv[0]!r}: {e}\n".encode())
-            os._exit(127)
-        for fd in (out_w, err_w, in_r):
-            os.close(fd)
-        self._started(pid, limits, out_r, err_r)
+        in_w = self._spawn(limits, ("exec", list(argv), dict(env)))
+        if in_w is None:
+            return ("result", self._finish(False, note="no run process"))
         self._feed(in_w, stdin)
         timed_out = not self._wait_exit()
         return ("result", self._finish(timed_out))
 
     def _cmd_load(self, source, limits):
-        to_child_r, to_child_w = os.pipe()
-        from_child_r, from_child_w = os.pipe()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                self._enter_child(limits, os.open(os.devnull, os.O_RDONLY), out_w, err_w,
-                                  keep=(to_child_r, from_child_w))
-                serve_program(source, to_child_r, from_child_w)
-            finally:
-                os._exit(1)
-        for fd in (to_child_r, from_child_w, out_w, err_w):
-            os.close(fd)
-        self.call_fds = (to_child_w, from_child_r)
-        self._started(pid, limits, out_r, err_r)
+        in_w = self._spawn(limits, ("load", source))
+        if in_w is None:
+            return ("dead", self._finish(False, note="no run process"))
+        os.close(in_w)
         return self._await_reply(relay=False)
 
     def _cmd_call(self, payload):
@@ -399,41 +690,59 @@ class Agent:
 
     def _cmd_restore(self, data, as_base):
         self._finish(False)
+        self._reset_workspace()
+        self._unpack(data)
         if as_base:
             self.base = data
-        self._wipe()
-        self._unpack(data)
         return ("restored",)
 
     def _cmd_reset(self):
         self._finish(False)
-        self._restore_base()
-        return ("restored",)
+        self._reset()
+        return ("restored", self.spent)
 
-    # -- children ------------------------------------------------------------------------------
+    # -- runs ----------------------------------------------------------------------------------
 
-    def _enter_child(self, limits, stdin_fd, out_fd, err_fd, keep=()) -> None:
-        """In a fresh child: own session, rlimits, the workspace as cwd, stdio redirected, nothing else open."""
-        os.setsid()
-        for signum in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, signal.SIG_DFL)
-        os.dup2(stdin_fd, 0)
-        os.dup2(out_fd, 1)
-        os.dup2(err_fd, 2)
-        keep = sorted(keep)
-        low = 3
-        for fd in keep:
-            os.closerange(low, fd)
-            low = fd + 1
-        os.closerange(low, 1 << 16)
-        os.chdir(self.workspace)
-        apply_limits(limits)
+    def _prepare(self) -> RunProcess | None:
+        """Ask the template for the next run's process (it starts in the background); None when it is gone."""
+        job_r, job_w = os.pipe()
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        theirs = [job_r, in_r, out_w, err_w, reply_w]
+        asked = self.template.spawn(theirs)
+        for fd in theirs:
+            os.close(fd)
+        run = RunProcess((job_w, in_w, out_r, err_r, reply_r))
+        if not asked:
+            run.close()
+            return None
+        return run
 
-    def _started(self, pid, limits, out_r, err_r) -> None:
-        self.child = pid
+    def _spawn(self, limits: dict, job: tuple) -> int | None:
+        """Hand `job` to a fresh run process; the write end of its stdin, or None (and the sandbox spent).
+        The next run's process is asked for at once, so that it is ready when this run ends."""
+        run, self.ready = self.ready or (self._prepare() if not self.spent else None), None
+        pid = run.ready(SPAWN_TIMEOUT_S) if run is not None else None
+        if pid is not None:
+            try:
+                write_frame(run.job, dumps((*job, limits)))
+            except OSError:
+                pid = None
         self.started = time.monotonic()
         self.deadline = self.started + float(limits["timeout_s"])
-        self.captures = [_Capture(out_r, int(limits["output_bytes"])), _Capture(err_r, int(limits["output_bytes"]))]
+        if pid is None:
+            if run is not None:
+                run.close()
+            self.spent = self.spent or "the sandbox's process template is gone"
+            self.child, self.captures, self.call_fds = -1, [], None
+            return None
+        self.child = pid
+        self.captures = [_Capture(run.stdout, int(limits["output_bytes"])), _Capture(run.stderr, int(limits["output_bytes"]))]
+        self.call_fds = (run.job, run.reply)
+        self.ready = self._prepare()
+        return run.stdin
 
     def _open_captures(self) -> list[int]:
         return [c.fd for c in self.captures if c.fd >= 0]
@@ -469,15 +778,17 @@ class Agent:
     def _wait_exit(self) -> bool:
         """Drain output until the child exits (True) or the deadline passes (False)."""
         while True:
-            pid, status = os.waitpid(self.child, os.WNOHANG)
-            if pid:
-                self._exit_status = status
+            self.template.collect()
+            self._reap(self.child)  # an orphaned run (its template died) is ours to reap
+            if self.child in self.template.ended:
+                self._exit_status = self.template.ended.pop(self.child)
+            if self._exit_status is not None:
                 return True
             left = self.deadline - time.monotonic()
             if left <= 0:
                 return False
-            fds = self._open_captures()
-            self._drain(self._select(fds, [], min(left, 0.05 if fds else 0.002))[0])
+            fds = [*self._open_captures(), *([self.template.sock] if self.template.alive else [])]
+            self._drain(self._select(fds, [], min(left, 0.05))[0])
 
     def _await_reply(self, relay: bool):
         """The child's next frame, relayed (or checked, for `load`), while its output is drained."""
@@ -515,7 +826,7 @@ class Agent:
             return ("dead", self._finish(False, note="malformed load reply"))
 
     def _finish(self, timed_out: bool, note: str = "") -> dict:
-        """Kill the child and everything else running, collect its outcome, reset the workspace."""
+        """Kill the run and everything else running, collect its outcome, reset the sandbox."""
         if self.child is None:
             return {}
         pid, self.child = self.child, None
@@ -528,97 +839,152 @@ class Agent:
         for fd in self.call_fds or ():
             os.close(fd)
         self.call_fds = None
-        out, err = self.captures
-        info = {
+        out, err = (bytes(c.data) for c in self.captures) if self.captures else (b"", b"")
+        truncated = any(c.truncated for c in self.captures)
+        if self.reset_after_run:
+            self._reset()
+        return {
             "exit_code": os.waitstatus_to_exitcode(status) if status is not None else None,
-            "stdout": bytes(out.data),
-            "stderr": bytes(err.data),
-            "output_truncated": out.truncated or err.truncated,
+            "stdout": out,
+            "stderr": err,
+            "output_truncated": truncated,
             "timed_out": timed_out,
             "wall_s": time.monotonic() - self.started,
             "note": note,
+            "spent": self.spent,
+            "started": pid != -1,
         }
-        if self.reset_after_run:
-            self._restore_base()
-        return info
-
-    def _restore_base(self) -> None:
-        self._wipe()
-        if self.base is not None:
-            self._unpack(self.base)
 
     def _kill_all(self, pid: int | None = None) -> None:
-        """Kill every process of the sandbox but this one (PID 1); outside a PID namespace, the child's session.
-
-        Records the exit status of `pid` unless it was reaped already.
-        """
+        """Kill every process of the sandbox but the agent, its template and the next run's process, and
+        reap them; outside a PID namespace, the run's process group. Records the exit status of `pid`."""
+        deadline = time.monotonic() + RESET_BUDGET_S
+        if pid is not None and pid > 0:
+            try:
+                os.killpg(pid, signal.SIGKILL) if not self.pid1 else os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if pid is not None and pid > 0 and self._exit_status is None:
+            self._exit_status = self.template.wait(pid, deadline)  # the template reports it once it is gone
         if self.pid1:
+            # the next run's process has been starting since this run began: let it say who it is
+            spare = self.ready.ready(SPAWN_TIMEOUT_S) if self.ready is not None else None
+            while True:
+                self._reap(pid)
+                self.template.collect()
+                left = [p for p in _pids() if p not in (1, self.template.pid, spare)]
+                if not left:
+                    break
+                if time.monotonic() > deadline:
+                    self.spent = self.spent or f"processes {left[:5]} outlived the run"
+                    break
+                for other in left:  # each killed process can fork no more; what it forked is killed next turn
+                    try:
+                        os.kill(other, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                time.sleep(0.0001)
+            self._check_helpers(spare)
+        self._reap(pid)
+        self.template.ended.clear()
+
+    def _check_helpers(self, spare: int | None) -> None:
+        """After a run: the template must still be able to fork, and the next run's process must be
+        untouched (a run could have stopped or killed either); otherwise replace them."""
+        if _state(self.template.pid) not in ("S", "R"):
+            self.template.alive = False
+            self.spent = self.spent or "the sandbox's process template was killed or stopped"
+        if self.ready is not None and (spare is None or _state(spare) not in ("S", "R")):
+            if spare is not None:
+                try:
+                    os.kill(spare, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            self.ready.close()
+            self.ready = None
+
+    def _reap(self, pid: int | None) -> None:
+        """Collect exited children of the agent (orphans; the run `pid` itself if its template died,
+        its status kept); notice a template that died."""
+        while True:
             try:
-                os.kill(-1, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        elif pid is not None:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        while True:  # reap our children, and (as PID 1) the orphans the kernel gave us
-            try:
-                reaped, status = os.waitpid(-1 if self.pid1 else (pid or -1), 0)
+                reaped, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
+                return
+            if reaped == 0:
                 return
             if reaped == pid:
                 self._exit_status = status
-                if not self.pid1:
-                    return
+            if reaped == self.template.pid:
+                self.template.alive = False
+                self.spent = self.spent or "the sandbox's process template died"
 
-    def _wipe(self) -> None:
-        for root in [self.workspace, *self.scratch]:
-            for name in os.listdir(root):
-                path = os.path.join(root, name)
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, onerror=_force_remove)
-                else:
-                    try:
-                        os.unlink(path)
-                    except OSError:
-                        pass
+    def _reset(self) -> None:
+        """Return the sandbox to the state every run starts from, or mark it spent."""
+        try:
+            self._reset_workspace()
+            if self.base is not None:
+                self._unpack(self.base)
+            if self.private_ipc:
+                remove_ipc_objects()
+        except Unclean as e:
+            self.spent = self.spent or str(e)
+        except Exception as e:  # noqa: BLE001 - any failure to reset means the sandbox cannot be trusted
+            self.spent = self.spent or f"reset failed: {type(e).__name__}: {e}"
+
+    def _reset_workspace(self) -> None:
+        """Empty the workspace, /tmp and /dev/shm (all but the sandbox's own mount points) and check it."""
+        deadline = time.monotonic() + RESET_BUDGET_S
+        self.skeleton.check()
+        for directory, mode in self.modes.items():  # roots first, then the skeleton's directories
+            try:
+                if os.stat(directory).st_mode != mode:
+                    os.chmod(directory, stat.S_IMODE(mode))
+            except OSError as e:
+                raise Unclean(f"cannot restore {directory}: {e}") from None
+            keep = self.skeleton.names_in(directory)
+            clear_directory(directory, keep, deadline)
+            if set(os.listdir(directory)) != keep or os.stat(directory).st_mode != mode:
+                raise Unclean(f"{directory} is not clean after the reset")
 
     def _unpack(self, data: bytes) -> None:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
             tar.extractall(self.workspace, filter="data")
 
 
-def _force_remove(function, path, _exc_info) -> None:
-    """rmtree's error handler: make the parent writable and try again."""
+def _pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def _state(pid: int) -> str:
+    """A process's state letter (R running, S sleeping, T stopped, Z zombie, ...); empty when it is gone."""
     try:
-        os.chmod(os.path.dirname(path), 0o700)
-        if os.path.isdir(path) and not os.path.islink(path):
-            os.chmod(path, 0o700)
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            os.unlink(path)
-    except OSError:
-        pass
+        with open(f"/proc/{pid}/stat") as info:
+            return info.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+_PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
 
 def _become(config: dict) -> None:
     """Drop to the sandbox user (when started as root), then refuse ptrace and /proc access from others.
 
-    The agent dies with its host through its stdin: the host's end closing (the host exiting
-    or being killed) is end of file, which the agent watches even while a run is on.
+    The agent adopts the processes its runs leave behind (a subreaper, or PID 1), and dies with
+    its host through its stdin: the host's end closing (the host exiting or being killed) is end
+    of file, which the agent watches even while a run is on.
     """
     uid = config.get("uid")
     if uid is not None and os.getuid() == 0:
-        for path in [config["workspace"], *config["scratch"]]:
-            if os.path.isdir(path):
-                os.chmod(path, 0o700)
-                os.chown(path, uid, uid)
+        os.chmod(config["workspace"], 0o700)
+        os.chown(config["workspace"], uid, uid)
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(signum, signal.SIG_DFL)
 

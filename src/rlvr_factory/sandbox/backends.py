@@ -6,11 +6,14 @@ A backend only launches `agent.py` and returns a `Transport` to it; everything a
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
+import platform
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -26,6 +29,8 @@ AGENT = Path(__file__).with_name("agent.py")
 WORKSPACE = "/workspace"  # the writable directory inside bubblewrap and Docker sandboxes
 UID_BASE = 200_000  # as root, each bubblewrap sandbox runs under its own uid from here on
 UID_LOCKS = Path(tempfile.gettempdir()) / "rlvr-sandbox-uids"
+SCRATCH = (WORKSPACE, "/tmp", "/dev/shm")  # the writable roots a reset empties
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "nsswitch.conf",
         "os-release", "mime.types", "hosts", "ssl")
 
@@ -70,14 +75,18 @@ def agent_environment() -> dict[str, str]:
 class PipeTransport:
     """The agent as a local child process, framed messages over its stdin and stdout."""
 
-    def __init__(self, argv: list[str], env: dict[str, str] | None = None, cleanup: list[Path] = ()) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None, cleanup: list[Path] = (),
+                 pass_fds: tuple[int, ...] = ()) -> None:
         try:
             self.process = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env=env, start_new_session=True,
+                env=env, start_new_session=True, pass_fds=pass_fds,
             )
         except OSError as e:
             raise SandboxStartError(f"cannot start {argv[0]!r}: {e}") from e
+        finally:
+            for fd in pass_fds:
+                os.close(fd)
         self.cleanup = list(cleanup)
 
     def send(self, payload: bytes) -> None:
@@ -134,11 +143,63 @@ def _allocate_uid() -> tuple[int, int]:
     raise SandboxStartError(f"all sandbox uids from {UID_BASE} are in use; close some sandboxes")
 
 
-def _python_roots() -> list[str]:
-    """Directories this interpreter needs (prefixes, its bin dir), minus those under /usr."""
-    roots = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix, Path(sys.executable).parent)}
-    roots |= {str(Path(sys.executable).parent)}
-    return sorted(r for r in roots if not r.startswith("/usr/") and r != "/usr")
+def _follow(path: str, links: dict[str, str], depth: int = 0) -> str:
+    """The real path of an absolute `path`, recording every symlink met on the way in `links` (path -> target)."""
+    if depth > 40:
+        raise SandboxStartError(f"too many levels of symbolic links resolving {path}")
+    current = "/"
+    parts = Path(path).parts[1:]
+    for i, part in enumerate(parts):
+        candidate = os.path.join(current, part)
+        if os.path.islink(candidate):
+            target = os.readlink(candidate)
+            links[candidate] = target
+            rest = os.path.join(os.path.dirname(candidate), target, *parts[i + 1:])
+            return _follow(os.path.normpath(rest), links, depth + 1)
+        current = candidate
+    return current
+
+
+def python_installation() -> tuple[list[str], dict[str, str]]:
+    """Where this interpreter lives: the real directories to bind read-only (the venv and its base
+    prefix, symlinks resolved, outside the system directories every sandbox has) and the symlinks
+    on the way to them, which the sandbox recreates so that the interpreter's own paths work."""
+    links: dict[str, str] = {}
+    places = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+              os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))}
+    real = {_follow(os.path.abspath(p), links) for p in places}
+    outside = sorted(r for r in real if r != "/" and not any(r == t or r.startswith(t + "/") for t in _SYSTEM))
+    dirs = [r for r in outside if not any(r.startswith(o + "/") for o in outside)]
+    keep = {k: v for k, v in links.items() if not any(k == t or k.startswith(t + "/") for t in _SYSTEM)}
+    return dirs, keep
+
+
+def _under(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path.startswith(r + "/") for r in roots)
+
+
+# Kernel keyrings outlive the processes that fill them (a user's keyring, a persistent keyring),
+# so the bubblewrap sandbox refuses the three keyring calls with a seccomp filter.
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_KEYRING_CALLS = {"x86_64": (248, 249, 250), "aarch64": (217, 218, 219)}  # add_key, request_key, keyctl
+_X32_BIT = 0x40000000
+
+
+def seccomp_filter(machine: str | None = None) -> bytes | None:
+    """A classic-BPF seccomp program refusing the keyring calls (and any other ABI's calls) with EPERM;
+    None on an architecture without a table here."""
+    machine = machine or platform.machine()
+    if machine not in _AUDIT_ARCH:
+        return None
+    load, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, ...|BPF_JGE, BPF_RET
+    allow, refuse = 0x7FFF0000, 0x00050000 | errno.EPERM  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    calls = _KEYRING_CALLS[machine]
+    program = [(load, 0, 0, 4), (jeq, 1, 0, _AUDIT_ARCH[machine]), (ret, 0, 0, refuse), (load, 0, 0, 0)]
+    if machine == "x86_64":
+        program.append((jge, len(calls) + 1, 0, _X32_BIT))
+    program += [(jeq, len(calls) - i, 0, nr) for i, nr in enumerate(calls)]
+    program += [(ret, 0, 0, allow), (ret, 0, 0, refuse)]
+    return b"".join(struct.pack("HBBI", *instruction) for instruction in program)
 
 
 class BubblewrapBackend:
@@ -157,7 +218,7 @@ class BubblewrapBackend:
             )
         self._lock: int | None = None
 
-    def argv(self, workspace_mb: int, uid: int | None) -> list[str]:
+    def argv(self, workspace_mb: int, uid: int | None, seccomp_fd: int | None = None) -> list[str]:
         """The bwrap command line that runs the agent."""
         size = str(workspace_mb * 1024 * 1024)
         argv = [self.bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
@@ -166,10 +227,12 @@ class BubblewrapBackend:
             argv += ["--setenv", key, value]
         if uid is None:
             argv += ["--unshare-user", "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL"]
-        else:  # privileged bwrap: the agent chowns its dirs, then drops to `uid` and loses these too
+        else:  # privileged bwrap: the agent chowns its workspace, then drops to `uid` and loses these too
             argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
                      "--cap-add", "CAP_CHOWN"]
-        for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if seccomp_fd is not None:
+            argv += ["--seccomp", str(seccomp_fd)]
+        for top in _SYSTEM:
             if os.path.islink(top):
                 argv += ["--symlink", os.readlink(top), top]
             elif os.path.isdir(top):
@@ -177,13 +240,22 @@ class BubblewrapBackend:
         argv += ["--perms", "0755", "--dir", "/etc", "--perms", "0755", "--dir", "/opt"]
         for name in _ETC:
             argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-        for root in _python_roots():
-            for parent in reversed(Path(root).parents[:-1]):  # traversable even when the host's is not (/root)
-                argv += ["--perms", "0755", "--dir", str(parent)]
-            argv += ["--ro-bind", root, root]
         argv += ["--ro-bind", str(AGENT), "/opt/rlvr/agent.py", "--proc", "/proc", "--dev", "/dev"]
-        for path in (WORKSPACE, "/tmp", "/dev/shm"):
-            argv += ["--size", size, "--tmpfs", path]
+        argv += ["--perms", "0700", "--size", size, "--tmpfs", WORKSPACE]
+        for path in ("/tmp", "/dev/shm"):  # like the host's: anyone may write, only owners remove
+            argv += ["--perms", "1777", "--size", size, "--tmpfs", path]
+        dirs, links = python_installation()
+        made: set[str] = set()
+        for path in [*dirs, *links]:  # after the tmpfs mounts, so that an installation under /tmp stays visible
+            for parent in map(str, reversed(Path(path).parents[:-1])):  # traversable even where the host's is not
+                if parent not in made and parent not in SCRATCH:
+                    made.add(parent)
+                    argv += ["--perms", "0755", "--dir", parent]
+            if path in links:
+                argv += ["--symlink", links[path], path]
+            else:
+                argv += ["--ro-bind", path, path]
+        argv += ["--remount-ro", "/", "--remount-ro", "/dev"]  # nothing outside the tmpfs roots is writable
         argv += ["--chdir", WORKSPACE, "--", sys.executable, "-I", "/opt/rlvr/agent.py"]
         return argv
 
@@ -191,8 +263,20 @@ class BubblewrapBackend:
         uid = None
         if os.geteuid() == 0:
             uid, self._lock = _allocate_uid()
-        transport = PipeTransport(self.argv(workspace_mb, uid))
-        return transport, {"workspace": WORKSPACE, "scratch": ["/tmp", "/dev/shm"], "uid": uid}
+        program = seccomp_filter()
+        fds: tuple[int, ...] = ()
+        if program is None:
+            logger.warning("no seccomp table for %s: sandboxed programs can use kernel keyrings", platform.machine())
+        else:
+            read_end, write_end = os.pipe()
+            os.write(write_end, program)
+            os.close(write_end)
+            fds = (read_end,)
+        transport = PipeTransport(self.argv(workspace_mb, uid, fds[0] if fds else None), pass_fds=fds)
+        dirs, links = python_installation()
+        keep = [p for p in [*dirs, *links] if _under(p, SCRATCH)]
+        return transport, {"workspace": WORKSPACE, "scratch": ["/tmp", "/dev/shm"], "uid": uid, "keep": keep,
+                           "private_ipc": True}
 
     def release(self) -> None:
         if self._lock is not None:
@@ -329,7 +413,8 @@ class DockerBackend:
             container.start()
         except Exception as e:  # noqa: BLE001
             raise SandboxStartError(f"docker could not start a sandbox container: {e}") from e
-        return DockerTransport(container, sock), {"workspace": WORKSPACE, "scratch": ["/tmp", "/dev/shm"], "uid": None}
+        return DockerTransport(container, sock), {"workspace": WORKSPACE, "scratch": ["/tmp", "/dev/shm"], "uid": None,
+                                                  "private_ipc": True}
 
     def release(self) -> None:
         pass

@@ -6,11 +6,14 @@
             program.call("f", 21)                           # 42: the call runs in the sandbox
         saved = box.snapshot(); ...; box.restore(saved)
 
-Each run or program is a fresh child of the agent; when it ends, every process in the sandbox
-is killed and the workspace is reset (to the last `restore(..., as_base=True)`, else empty), so
-one sandbox serves many runs without their leaking into each other. With `persist_workspace`,
-files stay between runs instead, and `snapshot` / `restore` / `reset` step a multi-step
-environment back cheaply.
+Each run or program is a fresh process forked from a template that never held another run's
+code, inputs or outputs; when it ends, every process in the sandbox is killed and the workspace,
+/tmp, /dev/shm and the IPC namespace are reset (the workspace to the last `restore(..., as_base=True)`,
+else empty), so one sandbox serves many runs without their leaking into each other. A reset that
+cannot prove it removed everything marks the sandbox spent, and it is replaced before the next run.
+`run` never raises because of what the command did: a broken sandbox is a result with status
+`sandbox_error`. With `persist_workspace`, files stay between runs instead, and `snapshot` /
+`restore` / `reset` step a multi-step environment back cheaply.
 """
 
 from __future__ import annotations
@@ -163,36 +166,73 @@ class Sandbox:
             raise CommandFailed(str(reply[1]))
         return reply
 
+    def _replace(self, why: str) -> None:
+        """Discard this sandbox and start a fresh one now (left closed if none starts: the next use says why)."""
+        logger.warning("replacing the %s sandbox: %s", self.backend.name, why)
+        self.close()
+        try:
+            self.start()
+        except SandboxStartError as e:
+            logger.warning("no replacement sandbox started yet: %s", e)
+
     def _result(self, info: dict) -> RunResult:
+        """A run's result from the agent's report; a spent sandbox is replaced."""
         if not isinstance(info, dict):
+            self.close()
             raise SandboxError("the agent sent a malformed run result")
+        spent = str(info.get("spent") or "")
+        if spent:
+            self._replace(f"after a run, {spent}")
+        started = info.get("started", True)
         return RunResult(
             exit_code=info.get("exit_code"), stdout=bytes(info.get("stdout", b"")),
             stderr=bytes(info.get("stderr", b"")), timed_out=bool(info.get("timed_out")),
             wall_s=float(info.get("wall_s", 0.0)), backend=self.backend.name,
             output_truncated=bool(info.get("output_truncated")),
+            status="sandbox_error" if not started else "timeout" if info.get("timed_out") else "exited",
+            message="" if started else f"the run could not start: {spent}",
         )
+
+    def _begin(self, message: tuple, timeout_s: float) -> tuple:
+        """Send a command that starts a run; once more in a fresh sandbox if the run could not start."""
+        reply = self.request(message, timeout_s)
+        if _never_started(reply):
+            self.close()
+            reply = self.request(message, timeout_s)
+        return reply
 
     def run(
         self, argv: Sequence[str], stdin: bytes = b"", env: dict[str, str] | None = None,
         limits: Limits | dict | None = None,
     ) -> RunResult:
-        """Run a command in the workspace to completion (or its deadline) and reset the workspace."""
+        """Run a command in the workspace to completion (or its deadline) and reset the sandbox.
+
+        Never raises because of what the command did; SandboxStartError when no sandbox starts.
+        """
         if not argv:
             raise ValueError("argv must name a command")
         self._end_program()
         run_limits = Limits.of(limits or self.limits)
         environment = {**agent_environment(), **(env or {})}
-        reply = self.request(("exec", list(argv), bytes(stdin), environment, run_limits.as_dict()),
-                             run_limits.timeout_s + GRACE_S)
-        return self._result(reply[1])
+        try:
+            reply = self._begin(("exec", list(argv), bytes(stdin), environment, run_limits.as_dict()),
+                                run_limits.timeout_s + GRACE_S)
+            if reply[0] != "result":
+                raise SandboxError(f"unexpected reply {reply[0]!r} to exec")
+            return self._result(reply[1])
+        except SandboxStartError:
+            raise
+        except SandboxError as e:
+            self.close()
+            return RunResult(exit_code=None, stdout=b"", stderr=b"", timed_out=False, wall_s=0.0,
+                             backend=self.backend.name, status="sandbox_error", message=str(e))
 
     def load(self, source: str, limits: Limits | dict | None = None) -> Program:
         """Start a Python program in a fresh child; its functions are then called through `Program.call`."""
         self._end_program()
         run_limits = Limits.of(limits or self.limits)
         started = time.monotonic()
-        reply = self.request(("load", source, run_limits.as_dict()), run_limits.timeout_s + GRACE_S)
+        reply = self._begin(("load", source, run_limits.as_dict()), run_limits.timeout_s + GRACE_S)
         program = Program(self, started + run_limits.timeout_s + GRACE_S)
         if reply[0] == "loaded":
             pass
@@ -223,7 +263,15 @@ class Sandbox:
     def reset(self) -> None:
         """Return the workspace to its base (empty unless a snapshot was restored `as_base`)."""
         self._end_program()
-        self.request(("reset",), START_TIMEOUT_S)
+        reply = self.request(("reset",), START_TIMEOUT_S)
+        if len(reply) > 1 and reply[1]:
+            self._replace(f"after a reset, {reply[1]}")
+
+
+def _never_started(reply: tuple) -> bool:
+    """Whether the agent answered that it could not start the run at all (its template was gone)."""
+    return reply[0] in ("result", "dead") and len(reply) > 1 and isinstance(reply[1], dict) and \
+        reply[1].get("started") is False
 
 
 class Program:

@@ -35,9 +35,17 @@ class Limits:
         return asdict(self)
 
 
+RUN_STATUSES = ("exited", "timeout", "sandbox_error")
+
+
 @dataclass(frozen=True)
 class RunResult:
-    """How a sandboxed command ended: exit code (negative: killed by that signal), output, time, backend."""
+    """How a sandboxed command ended: exit code (negative: killed by that signal), output, time, backend.
+
+    `status` is `exited` (the command ended by itself or by a limit; see `exit_code`), `timeout`
+    (killed at the wall-clock deadline) or `sandbox_error` (the sandbox failed, not the command;
+    `message` says why, and the sandbox is replaced before its next run).
+    """
 
     exit_code: int | None
     stdout: bytes
@@ -46,6 +54,12 @@ class RunResult:
     wall_s: float
     backend: str
     output_truncated: bool = False
+    status: str = "exited"
+    message: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in RUN_STATUSES:
+            raise ValueError(f"status must be one of {RUN_STATUSES}, got {self.status!r}")
 
     def as_json(self) -> dict[str, Any]:
         """The result as JSON-ready values (output decoded as UTF-8 with replacement)."""
@@ -57,4 +71,6 @@ class RunResult:
             "wall_s": round(self.wall_s, 6),
             "backend": self.backend,
             "output_truncated": self.output_truncated,
+            "status": self.status,
+            "message": self.message,
         }

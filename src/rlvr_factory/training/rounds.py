@@ -68,16 +68,15 @@ def verdicts(rollouts: pd.DataFrame) -> list[Score | None]:
     return [Score(**json.loads(v)) if isinstance(v, str) else None for v in rollouts["verdict"]]
 
 
-def scored_frame(rollouts: pd.DataFrame, scores: Sequence[Score], seconds: float) -> pd.DataFrame:
+def scored_frame(rollouts: pd.DataFrame, scores: Sequence[Score]) -> pd.DataFrame:
     """The `scored` table: the rollouts with each episode's reward, correctness, breakdown (the verdict's
-    and the episode's step counters) and status; `verify_ms` is the judging time shared out per row."""
+    and the episode's step counters) and status (no timings: a rerun writes the same bytes)."""
     infos = [json.loads(i) for i in rollouts["info"]] if "info" in rollouts else [{}] * len(scores)
     return rollouts.assign(
         reward=[s.reward for s in scores],
         correct=[s.correct for s in scores],
         reward_breakdown=[json.dumps({**s.breakdown, **info}, sort_keys=True) for s, info in zip(scores, infos)],
         status=[s.status for s in scores],
-        verify_ms=1000 * seconds / max(1, len(scores)),
     )
 
 

@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.rollout.chat import ChatFormat
+from rlvr_factory.summary import duration
 from rlvr_factory.training.lm import join_prompt_completion, lr_schedule, make_optimizer
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,7 @@ def supervised_train(
     losses = []
     pad_id = policy.tokenizer.pad_token_id
     bar = tqdm(range(config.steps), desc=desc, mininterval=2.0)
+    eta_step = max(1, config.steps // 20) if config.steps >= 100 else 0  # log an ETA after 5% of a long run
     for step in bar:
         if len(order) < config.batch_size:
             refill = list(range(len(examples)))
@@ -128,6 +130,10 @@ def supervised_train(
         losses.append(loss.item())
         if step % 20 == 0:
             bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
+        if step + 1 == eta_step:  # once, for logs where the bar's \r updates do not show
+            elapsed = bar.format_dict["elapsed"]
+            log.info("%s: %d/%d steps in %s, about %s to go", desc, step + 1, config.steps, duration(elapsed),
+                     duration(elapsed * (config.steps - step - 1) / (step + 1)))
     log.info("%s: %d steps, final loss %.4f", desc, config.steps, losses[-1])
     model.eval()
     return losses

@@ -27,6 +27,7 @@ import builtins
 import json
 import logging
 import re
+import signal
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -404,23 +405,24 @@ class CodeVerifier:
         if self._sandbox is not None:
             self._sandbox.close()
 
-    def _score(self, outcome: float, process: float, extracted: bool, status: str = "ok",
+    def _score(self, outcome: float, process: float, extracted: bool, status: str = "ok", message: str = "",
                **extra: float) -> Score:
         outcome = outcome if status == "ok" else 0.0
         breakdown = {"outcome": outcome, "process": process, "format": float(extracted), "tests": 0.0, "passed": 0.0,
                      "hack_suspected": 0.0, "load_error": 0.0, **extra}  # the same keys on every Score
         reward = (self.outcome_weight * outcome + self.process_weight * process
                   + self.format_weight * breakdown["format"])
-        return Score(reward=reward, correct=outcome == 1.0, status=status, breakdown=breakdown)
+        return Score(reward=reward, correct=outcome == 1.0, status=status, breakdown=breakdown, message=message)
 
     def _prepare(self, completion: str, gold: str) -> tuple[Score | None, CodeTask | None, str | None]:
         if len(completion) > self.max_program_chars:
-            return self._score(0.0, 0.0, False, status="error"), None, None
+            message = f"the completion is longer than max_program_chars={self.max_program_chars}"
+            return self._score(0.0, 0.0, False, status="error", message=message), None, None
         try:
             task = CodeTask.from_gold(gold)
         except (ValueError, SyntaxError) as e:
             logger.warning("bad code reference: %s", e)
-            return self._score(0.0, 0.0, False, status="error"), None, None
+            return self._score(0.0, 0.0, False, status="error", message=f"invalid code reference: {e}"), None, None
         program = extract_program(completion, task)
         if program is None:
             signs = hack_signs(completion)
@@ -431,8 +433,8 @@ class CodeVerifier:
         """0 when no program can be extracted (or the input is malformed); None when the tests must run."""
         try:
             return self._prepare(completion, gold)[0]
-        except Exception:  # noqa: BLE001 - a verifier never raises on model output
-            return self._score(0.0, 0.0, False, status="error")
+        except Exception as e:  # noqa: BLE001 - a verifier never raises on model output
+            return self._score(0.0, 0.0, False, status="error", message=f"{type(e).__name__}: {e}")
 
     def score(self, completion: str, gold: str) -> Score:
         """Run the tests against the completion's program in this process's sandbox; raises
@@ -466,7 +468,8 @@ class CodeVerifier:
         passed = sum(verdict.passed.values())
         process = 1.0 if verdict.outcome else passed / max(verdict.total, 1)
         ended = verdict.ended.result if verdict.ended is not None else None
-        timed_out = ended is not None and ended.timed_out
+        # past the time limit: the wall-clock deadline or the CPU-time limit, whichever a busy program hit first
+        timed_out = ended is not None and (ended.timed_out or ended.exit_code == -signal.SIGXCPU)
         exited = (ended is not None and ended.exit_code == 0) or verdict.exits > 0  # left before the tests ended
         hack = bool(signs) or exited or verdict.disguised > 0
         return self._score(

@@ -19,20 +19,29 @@ A completion is scored in four parts, all in the breakdown:
 
 reward = max(0, mean field credit − penalties); `correct` only when every field matches, every
 applicable check holds and nothing extra was given, so any near miss scores below 1.
+
+An ambiguous answer earns nothing: several JSON objects that differ, or one that repeats a key with
+different values (`ambiguous` in the breakdown). Whatever the completion holds (NaN, Infinity,
+numbers of any size, any nesting), the verdict comes in time linear in its length and never raises;
+numbers beyond `MAX_DIGITS` digits and objects nested deeper than `MAX_DEPTH` are unreadable.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from datetime import date
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any, Callable
 
 from rlvr_factory.verifiers.score import Score
 
 FIELD_TYPES = ("amount", "date", "currency", "rate", "text", "id", "items")
 CENT = Decimal("0.01")
+MAX_DIGITS = 30  # an amount or rate with more significant or integer digits than this is unreadable
+MAX_DEPTH = 32  # a JSON object nested deeper than this is not an answer
+MAX_OBJECTS = 20  # JSON objects looked at per completion
 MONTHS = {m: i + 1 for i, m in enumerate(
     ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
      "november", "december"))}
@@ -49,7 +58,6 @@ _DMY_DOT = re.compile(r"^(\d{1,2})[.-](\d{1,2})[.-](\d{4})$")
 _SLASH = re.compile(r"^(\d{1,2})/(\d{1,2})/(\d{4})$")
 _DAY_MONTH = re.compile(r"^(\d{1,2})(?:st|nd|rd|th)?\s+([a-z]+)\.?,?\s+(\d{4})$")
 _MONTH_DAY = re.compile(r"^([a-z]+)\.?\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})$")
-_FENCE = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
 
 
 def normalise_text(value: Any) -> str:
@@ -93,9 +101,16 @@ def normalise_currency(value: Any) -> str | None:
     return CURRENCY_ALIASES.get(text) or (text.upper() if re.fullmatch(r"[a-z]{3}", text) else None)
 
 
+def _bounded(number: Decimal) -> Decimal | None:
+    """The number when it is finite and within MAX_DIGITS digits (before and after the point), else None."""
+    if not number.is_finite() or len(number.as_tuple().digits) > MAX_DIGITS or abs(number.adjusted()) > MAX_DIGITS:
+        return None
+    return number
+
+
 def _number(text: str) -> Decimal | None:
     text = re.sub(r"[\s'’]", "", text)
-    if not re.fullmatch(r"\d[\d.,]*", text or "x"):
+    if len(text) > 2 * MAX_DIGITS or not re.fullmatch(r"\d[\d.,]*", text or "x"):
         return None
     if "," in text and "." in text:
         decimal_sep = "," if text.rindex(",") > text.rindex(".") else "."
@@ -111,7 +126,7 @@ def _number(text: str) -> Decimal | None:
     if decimal_sep == ",":
         text = text.replace(",", ".")
     try:
-        return Decimal(text)
+        return _bounded(Decimal(text))
     except InvalidOperation:
         return None
 
@@ -120,9 +135,13 @@ def parse_amount(value: Any) -> tuple[Decimal | None, str | None]:
     """(amount, currency named in it) of a money value: ``$1,234.50``, ``1.234,50 €``, ``(12.00)``, 12.5."""
     if isinstance(value, bool):
         return None, None
-    if isinstance(value, (int, float)):
-        return Decimal(str(value)), None
-    if not isinstance(value, str):
+    if isinstance(value, (int, float, Decimal)):
+        try:
+            return _bounded(Decimal(str(value)) if not isinstance(value, int) or abs(value) < 10**MAX_DIGITS
+                            else Decimal("Infinity")), None
+        except InvalidOperation:
+            return None, None
+    if not isinstance(value, str) or len(value) > 10 * MAX_DIGITS:
         return None, None
     marks = {normalise_currency(m) for m in _CURRENCY_MARK.findall(value)}
     currency = marks.pop() if len(marks) == 1 else None
@@ -136,13 +155,17 @@ def parse_amount(value: Any) -> tuple[Decimal | None, str | None]:
 
 def parse_rate(value: Any) -> Decimal | None:
     """A rate as a fraction: ``20%``, ``20 %``, ``0.2`` and ``20`` all give 0.2."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, (str, int, float, Decimal)):
         return None
-    text = str(value).strip().rstrip("%").strip()
-    number = _number(text.lstrip("+"))
+    if isinstance(value, (int, float, Decimal)):
+        number = parse_amount(value)[0]
+        number = number if number is None or number >= 0 else None
+        percent = False
+    else:
+        number, percent = _number(value.strip().rstrip("%").strip().lstrip("+")), value.strip().endswith("%")
     if number is None:
         return None
-    return number / 100 if number > 1 or str(value).strip().endswith("%") else number
+    return number / 100 if number > 1 or percent else number
 
 
 def _amount_matches(predicted: Any, gold: Any, currency: str | None) -> bool:
@@ -163,7 +186,8 @@ def _items_credit(predicted: Any, gold: list) -> float:
     matched = 0
     for item in predicted:
         amount = parse_amount(item.get("amount") if isinstance(item, dict) else item)[0]
-        hit = next((i for i, g in enumerate(remaining) if amount is not None and abs(amount - g) < CENT / 2), None)
+        hit = next((i for i, g in enumerate(remaining)
+                    if amount is not None and g is not None and abs(amount - g) < CENT / 2), None)
         if hit is not None:
             remaining.pop(hit)
             matched += 1
@@ -181,8 +205,8 @@ def field_credit(kind: str, predicted: Any, gold: Any, currency: str | None = No
     if kind == "currency":
         return float(normalise_currency(predicted) is not None and normalise_currency(predicted) == normalise_currency(gold))
     if kind == "rate":
-        rate = parse_rate(predicted)
-        return float(rate is not None and abs(rate - parse_rate(gold)) < Decimal("0.00005"))
+        rate, expected = parse_rate(predicted), parse_rate(gold)
+        return float(rate is not None and expected is not None and abs(rate - expected) < Decimal("0.00005"))
     if kind in ("text", "id"):
         return float(isinstance(predicted, (str, int)) and normalise_text(predicted) == normalise_text(gold))
     raise ValueError(f"unknown field type {kind!r}; expected one of {FIELD_TYPES}")
@@ -227,27 +251,88 @@ CHECKS: dict[str, Callable[[dict], bool | None]] = {
 }
 
 
-def find_json_object(text: str) -> dict | None:
-    """The answer's JSON object: a fenced ```json block, else the first balanced ``{...}`` that parses."""
-    fenced = _FENCE.search(text)
-    candidates = [fenced.group(1)] if fenced else []
-    start = text.find("{")
-    while start != -1 and len(candidates) < 20:
-        depth = 0
-        for end in range(start, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[end], 0)
+@dataclass(frozen=True)
+class Answer:
+    """The JSON answer a completion states: the object (None without one) and whether it is ambiguous
+    (several different objects, or a key repeated with different values)."""
+
+    value: dict | None
+    ambiguous: bool = False
+    objects: int = 0
+
+
+def _object_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each top-level ``{...}`` with balanced braces outside JSON strings, in one pass;
+    spans nested deeper than MAX_DEPTH are dropped."""
+    spans, depth, deepest, start, in_string, escaped = [], 0, 0, 0, False, False
+    for i, char in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = depth > 0
+        elif char in "{[":
+            if char == "{" and depth == 0:
+                start, deepest = i, 0
+            if depth or char == "{":
+                depth += 1
+                deepest = max(deepest, depth)
+        elif char in "}]" and depth:
+            depth -= 1
             if depth == 0:
-                candidates.append(text[start : end + 1])
-                break
-        start = text.find("{", start + 1)
-    for candidate in candidates:
+                if char == "}" and deepest <= MAX_DEPTH:
+                    spans.append((start, i + 1))
+                if len(spans) >= MAX_OBJECTS:
+                    break
+    return spans
+
+
+class _Conflict(Exception):
+    """A JSON object repeats a key with different values."""
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict:
+    value: dict = {}
+    for key, item in pairs:
+        if key in value and value[key] != item:
+            raise _Conflict(key)
+        value[key] = item
+    return value
+
+
+def _load(span: str) -> dict | None:
+    """The object a span holds (numbers exact; NaN and Infinity unreadable); None if it holds none; _Conflict."""
+    try:
+        value = json.loads(span, object_pairs_hook=_pairs, parse_float=Decimal, parse_constant=lambda _: None)
+    except (ValueError, RecursionError):  # not JSON, or an integer too long to read
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def json_answer(text: str) -> Answer:
+    """The completion's JSON answer: the one object it states (however often), in prose or a fence."""
+    found: list[dict] = []
+    ambiguous = False
+    for start, end in _object_spans(text):
         try:
-            parsed = json.loads(candidate)
-        except json.JSONDecodeError:
+            value = _load(text[start:end])
+        except _Conflict:
+            ambiguous = True
             continue
-        if isinstance(parsed, dict):
-            return parsed
-    return None
+        if value is not None and value not in found:
+            found.append(value)
+    if ambiguous or len(found) > 1:
+        return Answer(None, True, len(found) + ambiguous)
+    return Answer(found[0] if found else None, False, len(found))
+
+
+def find_json_object(text: str) -> dict | None:
+    """The answer's JSON object, or None when there is none or it is ambiguous (see `json_answer`)."""
+    return json_answer(text).value
 
 
 def make_gold(schema: dict[str, str], values: dict[str, Any], currency: str | None = None) -> str:
@@ -272,17 +357,32 @@ class FieldsVerifier:
         return self.score(completion, gold)
 
     def score(self, completion: str, gold: str) -> Score:
-        """Score one completion against a gold made by `make_gold`."""
+        """Score one completion against a gold made by `make_gold`; never raises (a bad gold is status error)."""
         if len(completion) > self.max_completion_chars:
-            return Score(reward=0.0, correct=False, status="error", breakdown={"format": 0.0})
-        spec = json.loads(gold)
-        answer = find_json_object(completion)
-        if answer is None:
+            return Score(reward=0.0, correct=False, status="error", breakdown={"format": 0.0},
+                         message=f"the completion is longer than max_completion_chars={self.max_completion_chars}")
+        try:
+            spec = json.loads(gold)
+            schema, values, currency = spec["schema"], spec["values"], spec.get("currency")
+            if not schema or not all(kind in FIELD_TYPES and name in values for name, kind in schema.items()):
+                raise ValueError("fields without a type or a value")
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            return Score(reward=0.0, correct=False, status="error", breakdown={"format": 0.0},
+                         message=f"invalid extraction gold: {type(e).__name__}: {e}")
+        found = json_answer(completion)
+        if found.ambiguous:
+            return Score(reward=0.0, correct=False, breakdown={"format": 1.0, "fields": 0.0, "ambiguous": 1.0,
+                                                               "objects": float(found.objects)})
+        if found.value is None:
             return Score(reward=0.0, correct=False, breakdown={"format": 0.0, "fields": 0.0})
-        schema, values = spec["schema"], spec["values"]
-        breakdown = {"format": 1.0}
+        with localcontext() as context:  # exact room for every bounded amount; no signal becomes an exception
+            context.prec, context.traps[InvalidOperation] = 4 * MAX_DIGITS, False
+            return self._judge(found.value, schema, values, currency)
+
+    def _judge(self, answer: dict, schema: dict[str, str], values: dict[str, Any], currency: str | None) -> Score:
+        breakdown = {"format": 1.0, "ambiguous": 0.0}
         for name, kind in schema.items():
-            breakdown[f"field.{name}"] = field_credit(kind, answer[name], values[name], spec.get("currency")) \
+            breakdown[f"field.{name}"] = field_credit(kind, answer[name], values[name], currency) \
                 if name in answer else 0.0
         fields = sum(breakdown[f"field.{n}"] for n in schema) / len(schema)
         extras = len(set(answer) - set(schema))

@@ -9,6 +9,7 @@ pairs never reach a worker. A check whose worker dies is retried (`scheduler.ret
 
     with VerifierPool(MathVerifier(), workers=4, timeout=5.0) as pool:
         scores = pool.score_many([(completion, gold), ...])
+        for score in pool.score_stream(pairs_read_lazily): ...  # in order, each as soon as it and those before are done
 
 A pool is not thread-safe: use it from one thread at a time.
 """
@@ -16,7 +17,8 @@ A pool is not thread-safe: use it from one thread at a time.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from rlvr_factory.scheduler import JobResult, Scheduler, create_scheduler
@@ -53,9 +55,9 @@ class FullCheck:
         return score
 
 
-def _failure(status: str) -> Score:
-    """The zero-reward verdict of a check that could not judge (`timeout`, `error`, `infra_error`)."""
-    return Score(reward=0.0, correct=False, status=status)
+def _failure(status: str, message: str) -> Score:
+    """The zero-reward verdict of a check that could not judge (`timeout`, `error`, `infra_error`), saying why."""
+    return Score(reward=0.0, correct=False, status=status, message=message)
 
 
 class VerifierPool:
@@ -126,26 +128,60 @@ class VerifierPool:
 
     def score_many(self, pairs: Sequence[tuple[str, str]]) -> list[Score]:
         """A Score for each (completion, gold) pair, in input order; a failing item gets a status, never raises."""
+        return list(self.score_stream(pairs))
+
+    def score_stream(self, pairs: Iterable[tuple[str, str]]) -> Iterator[Score]:
+        """A Score for each (completion, gold) pair, in input order, each handed out once it and every
+        pair before it are done; `pairs` is read lazily, at most the scheduler's `max_in_flight` checks ahead.
+
+        A pair repeated while its first check is still running is checked once; a failing item gets a
+        status, never raises. Closing the iterator early abandons the checks still running.
+        """
         self._check_open()
-        for completion, gold in pairs:
-            if not isinstance(completion, str) or not isinstance(gold, str):
-                raise TypeError(f"pairs must be (completion, gold) strings, got ({type(completion)}, {type(gold)})")
-        scores: list[Score | None] = [None] * len(pairs)
-        waiting: dict[Pair, list[int]] = {}
-        for i, (completion, gold) in enumerate(pairs):
-            if (gold, completion) in waiting:  # a repeat within this batch is checked once
-                self._stats["cached"] += 1
-                waiting[(gold, completion)].append(i)
-                continue
-            scores[i] = self._screen(completion, gold)
-            if scores[i] is None:
-                waiting[(gold, completion)] = [i]
-        for pair, score in zip(waiting, self._run(list(waiting))):
+        window: deque[tuple[Pair, Score | int]] = deque()  # each pair's verdict, or the job that will give it
+        running: dict[Pair, int] = {}  # pair -> its job, while the job is in the window
+        references: Counter[int] = Counter()  # job -> window entries waiting for it
+        finished: dict[int, Score] = {}
+        try:
+            for completion, gold in pairs:
+                if not isinstance(completion, str) or not isinstance(gold, str):
+                    raise TypeError(f"pairs must be (completion, gold) strings, got ({type(completion)}, {type(gold)})")
+                key = (gold, completion)
+                if key in running:  # a repeat: checked once
+                    self._stats["cached"] += 1
+                    entry: Score | int = running[key]
+                else:
+                    entry = self._screen(completion, gold)
+                    if entry is None:
+                        entry = running[key] = self.scheduler.submit(self._check, (completion, gold))
+                        self._stats["dispatched"] += 1
+                window.append((key, entry))
+                if isinstance(entry, int):
+                    references[entry] += 1
+                while window and (isinstance(window[0][1], Score) or len(running) >= self.scheduler.max_in_flight):
+                    yield self._next(window, running, references, finished)
+            while window:
+                yield self._next(window, running, references, finished)
+        finally:
+            if running:  # interrupted (an exception, or the consumer stopped): drop what is still running
+                self.scheduler.abandon(j for j in running.values() if j not in finished)
+
+    def _next(self, window: deque, running: dict[Pair, int], references: Counter, finished: dict[int, Score]) -> Score:
+        """The verdict at the head of the window, waiting for its job if it has one."""
+        key, entry = window.popleft()
+        if isinstance(entry, Score):
+            return entry
+        if entry not in finished:
+            finished[entry] = score = self._verdict(self.scheduler.wait(entry))
             if score.status != "infra_error":  # an infrastructure failure may pass on a later try
-                self._cache[pair] = score
-            for i in waiting[pair]:
-                scores[i] = score
-        return scores  # type: ignore[return-value]  # every slot is filled above
+                self._cache[key] = score
+        score = finished[entry]
+        references[entry] -= 1
+        if not references[entry]:
+            del references[entry], finished[entry]
+            if running.get(key) == entry:
+                del running[key]
+        return score
 
     def _check_open(self) -> None:
         """Refuse work once the pool is closed."""
@@ -156,7 +192,7 @@ class VerifierPool:
         """The verdict reached without a worker (oversize, cached, quick), or None."""
         if len(completion) > self.max_input_chars or len(gold) > self.max_input_chars:
             self._stats["errors"] += 1
-            return _failure("error")
+            return _failure("error", f"input longer than max_input_chars={self.max_input_chars}")
         cached = self._cache.get((gold, completion))
         if cached is not None:
             self._stats["cached"] += 1
@@ -166,21 +202,10 @@ class VerifierPool:
         except Exception as e:  # noqa: BLE001  # any failure of one item is that item's status
             logger.warning("quick_score raised %r; scored as an error", e)
             self._stats["errors"] += 1
-            return _failure("error")
+            return _failure("error", f"the verifier's quick check raised {type(e).__name__}: {e}")
         if score is not None:
             self._stats["quick"] += 1
         return score
-
-    def _run(self, pairs: list[Pair]) -> list[Score]:
-        """The full check of each pair as a job, in order; on an interruption its jobs are abandoned."""
-        self._stats["dispatched"] += len(pairs)
-        ids: list[int] = []
-        try:
-            ids.extend(self.scheduler.submit(self._check, (completion, gold)) for gold, completion in pairs)
-            return [self._verdict(r) for r in self.scheduler.results(ids)]
-        except BaseException:
-            self.scheduler.abandon(ids)
-            raise
 
     def _verdict(self, result: JobResult) -> Score:
         """The Score of a finished check, counting its failure."""
@@ -190,4 +215,7 @@ class VerifierPool:
             logger.warning("the verifier raised %s; scored as an error", result.error)
         key = {"timeout": "timeouts", "error": "errors", "infra_error": "infra_errors"}[result.status]
         self._stats[key] += 1
-        return _failure(result.status)
+        why = {"timeout": f"the check ran past its {self.timeout:g} s limit and was killed",
+               "error": f"the verifier raised: {result.error}",
+               "infra_error": f"the check's infrastructure failed on every attempt ({result.attempts}): {result.error}"}
+        return _failure(result.status, why[result.status])

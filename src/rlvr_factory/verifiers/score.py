@@ -13,13 +13,15 @@ class Score:
 
     `status` separates a judged answer (`ok`) from a verifier that could not judge it
     (`timeout`, `error`) and from an infrastructure failure (`infra_error`), which is
-    never scored as a wrong answer: the RL update leaves it out of the loss.
+    never scored as a wrong answer: the RL update leaves it out of the loss. `message`
+    says why a check did not end `ok` (empty when it did, or when there is nothing to add).
     """
 
     reward: float
     correct: bool
     status: str = "ok"
     breakdown: dict[str, float] = field(default_factory=dict)
+    message: str = ""
 
     def __post_init__(self) -> None:
         if self.status not in SCORE_STATUSES:

@@ -1,4 +1,5 @@
-"""Report: the run's record in MLflow (round curves, evaluation, rollout sample) and the registered policy."""
+"""Report: the run's record in MLflow (round curves, evaluation, rollout sample), its summary
+metrics and the registered policy."""
 
 from __future__ import annotations
 
@@ -9,22 +10,41 @@ import pandas as pd
 from matplotlib.figure import Figure
 from mlflow import MlflowClient
 
-from rlvr_factory import tracking
+from rlvr_factory import plots, summary, tracking
+from rlvr_factory.domains import get_domain, tasks_from_frame
+from rlvr_factory.evaluation import greedy_accuracy
+from rlvr_factory.mlflow_model import log_policy_model
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.pipelines.evaluate.nodes import build_report
+from rlvr_factory.rollout.hf import SamplingConfig
 
 log = logging.getLogger(__name__)
 SAMPLE_COLUMNS = ["round", "task_id", "prompt", "completion", "reward", "correct", "status"]
 
 
-def round_curves(round_history: list[dict]) -> pd.DataFrame:
-    """Reward, pass rate and validation accuracy per round (`dvc plots show` renders this table)."""
-    return tracking.round_curves(round_history)
+def sft_validation_accuracy(
+    sft_policy: Policy, validation_tasks: pd.DataFrame, domain: dict, verify: dict, evaluate: dict
+) -> dict:
+    """The SFT policy's greedy accuracy on the validation tasks every round is scored on: the
+    baseline of the round curves."""
+    tasks = tasks_from_frame(validation_tasks)[: evaluate["validation_size"]]
+    accuracy = greedy_accuracy(sft_policy, tasks, get_domain(domain), verify, SamplingConfig(**evaluate["sampling"]))
+    return {"greedy_accuracy": accuracy, "num_tasks": len(tasks)}
+
+
+def round_curves(round_history: list[dict], sft_validation: dict) -> pd.DataFrame:
+    """The per-round table (`dvc plots show` renders it) with the SFT baseline."""
+    return plots.round_curves(round_history, sft_validation["greedy_accuracy"])
 
 
 def plot_round_curves(curves: pd.DataFrame) -> Figure:
     """The round curves as a figure (logged to MLflow as a PNG)."""
-    return tracking.plot_round_curves(curves)
+    return plots.plot_round_curves(curves)
+
+
+def summarize(eval_report: dict, sft_validation: dict) -> dict:
+    """The small metrics file `dvc exp show` tabulates (the full report is `metrics.json`)."""
+    return summary.summary_metrics(eval_report, sft_validation["greedy_accuracy"])
 
 
 def sample_rollouts(report: dict, *scored_rounds: pd.DataFrame) -> list[dict]:
@@ -56,15 +76,17 @@ def record_run(eval_report: dict, round_history: list[dict]) -> None:
     history |= {f"eval.{name}": [(m["step"], m["value"])] for name, m in eval_metrics.items()}
     logged = tracking.log_missing_metrics(run.info.run_id, history, MlflowClient())
     mlflow.log_dict(eval_report, "report/metrics.json")
-    log.info("report: %d metrics added to run %s", len(logged), run.info.run_id)
+    if logged:  # a DVC `report` stage, a process of its own, completes its run from the files
+        log.info("report: %d metrics from the persisted history added to run %s", len(logged), run.info.run_id)
 
 
-def register_policy(rl_policy: Policy, eval_report: dict, report: dict) -> None:
-    """Log the final policy as an MLflow model (transformers flavour) with the RL policy's test
-    metrics, and register it under `report.registered_model_name` when `report.register_model`."""
+def register_policy(rl_policy: Policy, eval_report: dict, report: dict, evaluate: dict) -> None:
+    """Log the final policy as an MLflow model that answers prompts as the greedy evaluation does
+    (evaluation's `max_new_tokens`), with the RL policy's test metrics, and register it under
+    `report.registered_model_name` when `report.register_model`."""
     if mlflow.active_run() is None:
         log.warning("no active MLflow run: the policy is not logged")
         return
     metrics = {f"eval.rl.{k.replace('@', '_at_')}": float(v) for k, v in eval_report["rl"].items()}
     name = report["registered_model_name"] if report["register_model"] else None
-    tracking.log_policy_model(rl_policy.model, rl_policy.tokenizer, name, metrics)
+    log_policy_model(rl_policy, name, metrics, evaluate["sampling"])

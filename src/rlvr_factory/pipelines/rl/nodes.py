@@ -26,8 +26,8 @@ from rlvr_factory.verification import judge
 
 log = logging.getLogger(__name__)
 # Operational stats (wall-clock timings, the verifier pool's counters, which depend on what the
-# process verified before, the engine's token counts) go to MLflow but not into the reproducible
-# round history.
+# process verified before, the engine's token counts) go to MLflow but not into the round's stats
+# on disk, so a rerun of the same commit and configuration writes the same bytes.
 OPERATIONAL_KEYS = ("rollout_seconds", "update_seconds", "eval_seconds", "tokens_per_second", "env_seconds")
 OPERATIONAL_PREFIX = ("verify_", "engine_")
 
@@ -40,12 +40,6 @@ def round_seed(rl: dict, round_index: int) -> int:
 def round_lr(rl: dict, round_index: int) -> float:
     """`rl.update.lr`, decayed over the rounds by `rl.lr_schedule` (cosine, linear or constant)."""
     return rl["update"]["lr"] * lr_factor(rl["lr_schedule"], round_index, 0, rl["rounds"] - 1)
-
-
-def reference_model(sft_policy: Policy) -> Policy:
-    """The frozen reference for the KL term: the SFT policy, loaded once for all rounds."""
-    sft_policy.model.requires_grad_(False)
-    return sft_policy
 
 
 def initial_policy(sft_policy: Policy, model: dict) -> Policy:
@@ -111,8 +105,8 @@ def verify(rollouts: pd.DataFrame, train_tasks: pd.DataFrame, domain: dict, veri
     """The `scored` table: each episode's verdict, its environment's or (for the answers environments
     leave to it) the domain's verifier's through the pool, in one batch.
 
-    `verify_ms` is the batch's verification time shared out per episode. The stats carry the
-    pool's counters and the scheduler's metrics over the batch (`verify_scheduler_*`: jobs per
+    The stats (operational, for MLflow) carry the batch's verification time, the pool's counters
+    and the scheduler's metrics over the batch (`verify_scheduler_*`: jobs per
     second, retries, timeouts, infra failures, peak queue depth and in-flight, utilisation); a
     check that failed for infrastructure reasons on every attempt has status `infra_error`.
     """
@@ -123,7 +117,7 @@ def verify(rollouts: pd.DataFrame, train_tasks: pd.DataFrame, domain: dict, veri
         verify,
     )
     seconds = time.perf_counter() - start
-    return scored_frame(rollouts, scores, seconds), {"verify_seconds": seconds, **{f"verify_{k}": v for k, v in pool_stats.items()}}
+    return scored_frame(rollouts, scores), {"verify_seconds": seconds, **{f"verify_{k}": v for k, v in pool_stats.items()}}
 
 
 def update(
@@ -135,8 +129,8 @@ def update(
 
     Samples whose verification hit an infrastructure failure are left out of the loss
     and counted. `pass_rates` (the curriculum's state after this round) is summarised in the
-    stats. Returns the updated policy, the round's stats, and those stats as an MLflow
-    metric history entry (step = round).
+    stats. Returns the updated policy, the round's stats (without operational ones: timings and
+    pool counters), and all of them as an MLflow metric history entry (step = round).
     """
     seed = round_seed(rl, round_index)
     seed_everything(seed)
@@ -172,17 +166,15 @@ def update(
         **rollout_stats,
         **verify_stats,
     )
-    log.info(
-        "round %d: reward %.3f, pass rate %.3f, val greedy acc %.3f, entropy %.3f",
-        round_index, stats["reward_mean"], stats["pass_rate"], val_accuracy, stats["entropy"],
-    )
     history = {k: {"value": float(v), "step": round_index} for k, v in stats.items() if k != "round"}
-    return policy, stats, history
+    return policy, _reproducible(stats), history
+
+
+def _reproducible(stats: dict) -> dict:
+    """The stats without operational ones, which differ from run to run of the same configuration."""
+    return {k: v for k, v in stats.items() if k not in OPERATIONAL_KEYS and not k.startswith(OPERATIONAL_PREFIX)}
 
 
 def summarize_rounds(*round_stats: dict) -> list[dict]:
     """All rounds' stats in order, without operational stats (so reruns compare byte for byte)."""
-    return [
-        {k: v for k, v in s.items() if k not in OPERATIONAL_KEYS and not k.startswith(OPERATIONAL_PREFIX)}
-        for s in sorted(round_stats, key=lambda s: s["round"])
-    ]
+    return [_reproducible(s) for s in sorted(round_stats, key=lambda s: s["round"])]

@@ -7,7 +7,6 @@ from kedro.pipeline import Node, Pipeline, pipeline
 
 from rlvr_factory.pipelines.rl.nodes import (
     initial_policy,
-    reference_model,
     rollout,
     summarize_rounds,
     track_pass_rates,
@@ -65,7 +64,8 @@ def create_pipeline(rounds: int, checkpoint_every: int = 0, with_reference: bool
     Every `checkpoint_every` rounds the policy (with its optimizer state) is written to disk
     instead of passed in memory, so a killed run resumes with
     `kedro run --from-nodes=round_NNN.rollout` from the round after the last checkpoint.
-    With `with_reference`, a frozen copy of the SFT policy feeds the KL term of every update.
+    With `with_reference`, the SFT policy, read from disk frozen (`reference_policy`), feeds the KL term
+    of every update, in a resumed run as in a whole one.
     Round 0 starts from `rl_initial_policy` (the SFT policy, with LoRA adapters when
     `model.lora.enabled`); each round's pass rates (`round_NNN.pass_rates`) feed the next
     round's prompt choice.
@@ -73,8 +73,6 @@ def create_pipeline(rounds: int, checkpoint_every: int = 0, with_reference: bool
     names = [f"round_{k:03d}" for k in range(rounds)]
     shared = {"train_tasks", "validation_tasks"} | ({"reference_policy"} if with_reference else set())
     blocks = Pipeline([Node(initial_policy, ["sft_policy", "params:model"], "rl_initial_policy", name="initial_policy")])
-    if with_reference:
-        blocks += Pipeline([Node(reference_model, "sft_policy", "reference_policy", name="reference_model")])
     for k, name in enumerate(names):
         source = "rl_initial_policy" if k == 0 else _output_name(k - 1, rounds, checkpoint_every)
         previous = {"previous_pass_rates": f"{names[k - 1]}.pass_rates"} if k > 0 else {}
