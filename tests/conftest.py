@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -14,15 +16,16 @@ from rlvr_factory.models.tokenizer import build_byte_tokenizer
 torch.set_num_threads(1)
 
 
-def make_tiny_policy(seed: int = 0, tie_word_embeddings: bool = True) -> Policy:
-    """A freshly initialised 2-layer Llama (hidden size 32) with the byte tokenizer."""
+def make_tiny_policy(seed: int = 0, tie_word_embeddings: bool = True, hidden_size: int = 32) -> Policy:
+    """A freshly initialised 2-layer Llama with 2 heads (hidden size 32: head size 16; vLLM serves 64) with
+    the byte tokenizer."""
     tokenizer = build_byte_tokenizer()
     torch.manual_seed(seed)
     model = LlamaForCausalLM(
         LlamaConfig(
             vocab_size=len(tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
+            hidden_size=hidden_size,
+            intermediate_size=2 * hidden_size,
             num_hidden_layers=2,
             num_attention_heads=2,
             num_key_value_heads=2,
@@ -37,7 +40,7 @@ def make_tiny_policy(seed: int = 0, tie_word_embeddings: bool = True) -> Policy:
     return Policy(model, tokenizer)
 
 
-def make_scripted_policy(text: str, after: str = "\n") -> Policy:
+def make_scripted_policy(text: str, after: str = "\n", hidden_size: int = 32) -> Policy:
     """A tiny Llama that, given any context ending in `after`, greedily writes `text` then EOS.
 
     The blocks' output projections are zeroed, so the residual stream at each position is
@@ -45,7 +48,7 @@ def make_scripted_policy(text: str, after: str = "\n") -> Policy:
     `after + text` gets its own embedding axis, and the output row of its successor points
     along that axis. The tokens of `after + text` must therefore be distinct.
     """
-    policy = make_tiny_policy(tie_word_embeddings=False)
+    policy = make_tiny_policy(tie_word_embeddings=False, hidden_size=hidden_size)
     model, tokenizer = policy.model, policy.tokenizer
     chain = tokenizer(after + text)["input_ids"] + [tokenizer.eos_token_id]
     if len(set(chain[:-1])) != len(chain) - 1 or len(chain) - 1 > model.config.hidden_size:
@@ -72,6 +75,17 @@ def byte_tokenizer():
 def tiny_policy() -> Policy:
     """A tiny, randomly initialised (seeded) Llama policy on the CPU; fresh for every test."""
     return make_tiny_policy(seed=0)
+
+
+def skip_without_vllm() -> None:
+    """Skip the calling test module when vLLM is not installed; fail instead where RLVR_REQUIRE_VLLM is set (CI)."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        if os.environ.get("RLVR_REQUIRE_VLLM"):
+            raise RuntimeError("RLVR_REQUIRE_VLLM is set but vLLM is not installed: run `bash scripts/install_vllm.sh`")
+        pytest.skip("vLLM is not installed: `bash scripts/install_vllm.sh` puts the CPU build in .venv-vllm",
+                    allow_module_level=True)
 
 
 @pytest.fixture(scope="session")

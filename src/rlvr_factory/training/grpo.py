@@ -27,8 +27,12 @@ from rlvr_factory.rl.advantages import compute_advantages
 from rlvr_factory.rl.kl import KL_PLACEMENTS, kl_penalty, kl_shaped_rewards
 from rlvr_factory.rl.length import mask_truncated, overlong_penalty
 from rlvr_factory.rl.losses import aggregate_loss, clipped_policy_loss, loss_units, masked_mean
+from rlvr_factory.rl.mismatch import logprob_mismatch, truncated_importance_weights
 from rlvr_factory.training.components import component_tensors
 from rlvr_factory.training.lm import join_prompt_completion, lr_factor, make_optimizer, minibatches, token_logprobs
+
+
+MISMATCH_KEYS = ("engine_logprob_mismatch_abs_mean", "engine_logprob_mismatch_kl")  # token-weighted means over the round
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,8 @@ class UpdateConfig:
     skip_zero_advantage: bool = True  # no backward pass for samples whose gradient is exactly zero
     turn_reward_weight: float = 0.0  # weight of the per-turn reward return added to each turn's token advantages
     max_grad_norm: float = 1.0  # global gradient-norm clip
+    engine_is_correction: bool = False  # weight each token by the TIS ratio pi_trainer / pi_engine (Yao et al. 2025)
+    engine_is_cap: float = 2.0  # C, the cap of that ratio
     seed: int = 0  # minibatch order
 
     def __post_init__(self) -> None:
@@ -63,6 +69,8 @@ class UpdateConfig:
             raise ValueError(f"kl_placement must be one of {KL_PLACEMENTS}, got {self.kl_placement!r}")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             raise ValueError(f"micro_batch_size must be >= 1 or null, got {self.micro_batch_size}")
+        if self.engine_is_cap <= 0:
+            raise ValueError(f"engine_is_cap must be positive, got {self.engine_is_cap}")
         if self.overlong_cache_length and self.overlong_max_length is None:
             raise ValueError("the overlong penalty needs overlong_max_length (L_max), e.g. the sampling budget")
 
@@ -80,6 +88,7 @@ class Sample:
     turn_rewards: list[float] | None = None  # each turn's own reward (None: none)
     episode: str | None = None  # samples of one episode (per-turn samples) share its advantage; None: its own
     components: dict[str, tuple[float, float]] = field(default_factory=dict)  # the verifier's declared (value, weight)s
+    sampling_logprobs: list[float] | None = None  # per completion token: the engine's log-prob when it sampled it
 
     def turns(self) -> list[int]:
         """The turn of each completion token."""
@@ -107,6 +116,17 @@ def _logprobs(model, batch: Sequence[Sample], pad_id: int, device, chunk: int) -
         ids, attn, _ = _batch(batch[lo : lo + chunk], pad_id, device)
         logp, _ = token_logprobs(model, ids, attn)
         out.extend(logp.cpu())
+    return out
+
+
+def _sampling_logp(part: Sequence[Sample], width: int) -> torch.Tensor | None:
+    """The engine's sampling log-probs laid out like `token_logprobs` (at the completion positions), or
+    None when a sample has none."""
+    if any(s.sampling_logprobs is None for s in part):
+        return None
+    out = torch.zeros((len(part), width))
+    for row, s in enumerate(part):
+        out[row, len(s.prompt_ids) : len(s.prompt_ids) + len(s.completion_ids)] = torch.tensor(s.sampling_logprobs)
     return out
 
 
@@ -231,9 +251,9 @@ def rl_update(
     rng = random.Random(config.seed)
     first_state = next(iter(optimizer.state.values()), {})
     global_step = int(first_state.get("step", 0))
-    keys = ("loss", "clip_fraction", "entropy", "kl", "policy_drift_kl", "grad_norm")
+    keys = ("loss", "clip_fraction", "entropy", "kl", "policy_drift_kl", "grad_norm", *MISMATCH_KEYS)
     totals = dict.fromkeys(keys, 0.0)
-    steps = 0
+    steps, mismatch_max = 0, 0.0
     model.train()
     for _ in range(config.epochs):
         for idx in minibatches(len(samples), config.minibatch_size, rng):
@@ -261,11 +281,17 @@ def rl_update(
             optimizer.step()
             for key in keys:
                 totals[key] += step[key]
+            mismatch_max = max(mismatch_max, step.pop("mismatch_max", 0.0))
             steps += 1
     model.eval()
     policy.optimizer_state = optimizer.state_dict()
     policy.version += 1
     stats.update({k: v / steps for k, v in totals.items()})
+    if all(s.sampling_logprobs is not None for s in samples):
+        stats["engine_logprob_mismatch_abs_max"] = mismatch_max
+    else:
+        for key in MISMATCH_KEYS:
+            del stats[key]
     stats["advantage_abs_mean"] = float(advantages.abs().mean())
     stats["optimizer_steps"] = float(steps)
     stats["masked_truncated"] = float(truncated.sum()) if config.mask_truncated else 0.0
@@ -303,6 +329,19 @@ def _micro_step(model, part: list[Sample], rows: list[int], train: bool, step: d
     advantages = ctx.advantages[rows].to(ctx.device)
     if ctx.turn_returns is not None:
         advantages = advantages.unsqueeze(-1) + ctx.turn_returns[rows, :width].to(ctx.device)
+    sampling = _sampling_logp(part, width)
+    if sampling is not None:
+        sampling = sampling.to(ctx.device)
+        gap = logprob_mismatch(old, sampling, cmask)
+        step["engine_logprob_mismatch_abs_mean"] += gap["abs_mean"] * weight
+        step["engine_logprob_mismatch_kl"] += gap["kl"] * weight
+        step["mismatch_max"] = max(step.get("mismatch_max", 0.0), gap["abs_max"])
+    if config.engine_is_correction:
+        if sampling is None:
+            raise ValueError("engine_is_correction needs the engine's sampling log-probs on every sample "
+                             "(the rollouts' `logprobs` column); turn it off for rollouts without them")
+        weights = truncated_importance_weights(old, sampling, config.engine_is_cap)
+        advantages = (advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages) * weights
     loss, clip_fraction = clipped_policy_loss(
         logp, old, advantages, cmask, config.clip_low, config.clip_high,
         config.dual_clip, config.loss_aggregation, ctx.norm_length, ctx.units,

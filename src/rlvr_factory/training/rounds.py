@@ -96,15 +96,17 @@ def _row_samples(r: Any) -> list[Sample]:
     rewards = [float(t["reward"]) for t in turns]
     token_turns = [i for i, t in enumerate(turns) for _ in range(t["action_tokens"] + t["observation_tokens"])]
     completion = list(r.completion_ids)
+    logprobs = [float(x) for x in r.logprobs] if hasattr(r, "logprobs") else None
     if len(r.turn_prompt_ids) == 0:
         return [Sample(str(r.task_id), list(r.prompt_ids), completion, float(r.reward), str(r.domain), truncated,
-                       list(r.loss_mask), token_turns, rewards, components=components)]
+                       list(r.loss_mask), token_turns, rewards, components=components, sampling_logprobs=logprobs)]
     episode, samples, at = f"{r.task_id}#{r.sample_index}", [], 0
     for i, (turn, context) in enumerate(zip(turns, r.turn_prompt_ids)):
-        action = completion[at : at + turn["action_tokens"]]
+        span = slice(at, at + turn["action_tokens"])
         at += turn["action_tokens"]
-        samples.append(Sample(str(r.task_id), list(context), action, float(r.reward), str(r.domain), truncated,
-                              turn_rewards=[sum(rewards[i:])], episode=episode, components=components))
+        samples.append(Sample(str(r.task_id), list(context), completion[span], float(r.reward), str(r.domain), truncated,
+                              turn_rewards=[sum(rewards[i:])], episode=episode, components=components,
+                              sampling_logprobs=logprobs[span] if logprobs is not None else None))
     return samples
 
 

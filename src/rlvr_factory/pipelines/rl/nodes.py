@@ -16,7 +16,7 @@ from rlvr_factory.models.lora import LoraSettings, with_lora
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.overoptimisation import component_stats
 from rlvr_factory.rl.curriculum import prompt_order, update_pass_rates
-from rlvr_factory.rollout.agent_loop import RolloutConfig, sample_episodes
+from rlvr_factory.rollout.agent_loop import RolloutConfig, push_weights, sample_episodes
 from rlvr_factory.rollout.dynamic import DynamicSampling, draw_groups
 from rlvr_factory.rollout.engine import SamplingConfig
 from rlvr_factory.training.grpo import UpdateConfig, rl_update
@@ -164,9 +164,10 @@ def update(
     config = UpdateConfig(**update, seed=seed)
     stats = rl_update(policy, samples, config, reference.model if reference else None)
     update_seconds = time.perf_counter() - start
+    episodes = RolloutConfig.from_params(rollout)
+    stats["engine_weight_sync_seconds"] = push_weights(policy, episodes)
     start = time.perf_counter()
     val_tasks = tasks_from_frame(validation_tasks)[: evaluate["validation_size"]]
-    episodes = RolloutConfig.from_params(rollout)
     val_accuracy = greedy_accuracy(policy, val_tasks, get_domain(domain), verify, SamplingConfig(**evaluate["sampling"]),
                                    episodes)
     band = rl["curriculum"]["band"]

@@ -1,0 +1,102 @@
+"""Rollout engines: vLLM vs transformers' `generate`, in the same run, at three model sizes.
+
+    python benchmarks/engines.py [--sizes 1m 12m 100m] [--prompts 64] [--samples 8] [--rounds 3]
+
+Run it in the vLLM venv (`bash scripts/install_vllm.sh`, then `.venv-vllm/bin/python benchmarks/engines.py`).
+Each size is a freshly initialised Llama (the embedded ~1M architecture with its byte vocabulary;
+~12M and ~100M with a real-size 32k vocabulary). A round samples `--samples` completions of
+`--max-new-tokens` tokens for each of `--prompts` chat-templated prompts (a group shares its
+prompt); between rounds the weights change (a small random step, as an update would), so the
+vLLM engine gets them pushed (`reload_weights`) and the transformers engine samples from the
+model itself. The table gives per size and engine the median seconds per round, tokens sampled
+per second, the median weight-sync seconds (vLLM) and the ratio vLLM / transformers in tokens/s.
+Start-up (vLLM's engine, once per run) is reported apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from rlvr_factory.models.policy import Policy
+from rlvr_factory.models.tokenizer import build_byte_tokenizer
+from rlvr_factory.rollout.engine import Request, SamplingConfig
+from rlvr_factory.rollout.hf import TransformersEngine
+from rlvr_factory.rollout.vllm_engine import VllmEngine, VllmSettings
+from rlvr_factory.training.sft import encode_prompts
+
+# hidden, intermediate, layers, heads, vocabulary (None: the byte tokenizer's)
+SIZES = {"1m": (128, 256, 4, 4, None), "12m": (256, 1024, 4, 4, 32_000), "100m": (768, 2048, 8, 12, 32_000)}
+
+
+def policy_of(size: str) -> Policy:
+    hidden, intermediate, layers, heads, vocab = SIZES[size]
+    tokenizer = build_byte_tokenizer()
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=vocab or len(tokenizer), hidden_size=hidden, intermediate_size=intermediate,
+                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
+                         max_position_embeddings=512, pad_token_id=tokenizer.pad_token_id,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=True)
+    return Policy(LlamaForCausalLM(config).eval(), tokenizer)
+
+
+def step(policy: Policy, seed: int) -> None:
+    """A stand-in for an update: every weight moves a little."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in policy.model.parameters():
+            p.add_(1e-3 * torch.randn(p.shape, generator=generator))
+    policy.version += 1
+
+
+def measure(policy: Policy, engine, requests: list[Request], args, sync) -> dict[str, float]:
+    seconds, tokens, syncs = [], [], []
+    for r in range(args.rounds):
+        step(policy, r)
+        syncs.append(sync(policy))
+        start = time.perf_counter()
+        generations, _ = engine.generate(requests, SamplingConfig(max_new_tokens=args.max_new_tokens, seed=r,
+                                                                  batch_size=len(requests)))
+        seconds.append(time.perf_counter() - start)
+        tokens.append(sum(len(g.token_ids) for g in generations))
+    return {"s_round": statistics.median(seconds), "tok_s": sum(tokens) / sum(seconds), "sync": statistics.median(syncs)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--prompts", type=int, default=64)
+    parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=40)
+    args = parser.parse_args()
+    print(f"{args.prompts} prompts x {args.samples} samples x {args.max_new_tokens} new tokens, "
+          f"median of {args.rounds} rounds, threads {torch.get_num_threads()}")
+    rows = []
+    for size in args.sizes:
+        policy = policy_of(size)
+        params = sum(p.numel() for p in policy.model.parameters()) / 1e6
+        prompts = [f"Compute {i}+{i * 7 % 13}*{i % 5 + 2}" for i in range(args.prompts)]
+        requests = [Request(ids) for ids in encode_prompts(policy.tokenizer, prompts) for _ in range(args.samples)]
+        hf = measure(policy, TransformersEngine(policy, reuse_kv=False, desc=f"{size} transformers"), requests, args,
+                     lambda p: 0.0)
+        start = time.perf_counter()
+        engine = VllmEngine(policy, VllmSettings())
+        startup = time.perf_counter() - start
+        ours = measure(policy, engine, requests, args, engine.sync)
+        engine.close()
+        rows.append((size, params, hf, ours, startup))
+    print(f"| size | params | transformers s/round | transformers tok/s | vLLM s/round | vLLM tok/s | "
+          f"vLLM / transformers tok/s | vLLM weight sync s | vLLM start-up s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for size, params, hf, ours, startup in rows:
+        print(f"| {size} | {params:.1f}M | {hf['s_round']:.2f} | {hf['tok_s']:.0f} | {ours['s_round']:.2f} | "
+              f"{ours['tok_s']:.0f} | {ours['tok_s'] / hf['tok_s']:.2f}x | {ours['sync']:.3f} | {startup:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
