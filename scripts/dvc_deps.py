@@ -120,8 +120,12 @@ def stage_pipelines() -> dict:
     from kedro.framework.startup import bootstrap_project
 
     bootstrap_project(ROOT)
+    from kedro.framework.project import settings
+    from rlvr_factory.config_loader import ConfigLoader
     from rlvr_factory.pipeline_registry import register_pipelines
 
+    # the project's base configuration (dvc.yaml's), not whatever a session earlier in this process loaded
+    ConfigLoader(str(ROOT / settings.CONF_SOURCE), env=None, **settings.CONFIG_LOADER_ARGS)
     return register_pipelines()
 
 

@@ -43,10 +43,10 @@ def test_the_locks_hold_the_cpu_torch_and_no_cuda_libraries():
 
 def test_a_dependency_the_locks_miss_is_named():
     pyproject = copy.deepcopy(_pyproject())
-    pyproject["project"]["dependencies"].append("reasoning-gym>=0.1")
+    pyproject["project"]["dependencies"].append("rlvr-not-locked>=0.1")
     problems = lock.disagreements(pyproject, lock.read_locks())
-    assert f"{lock.RUNTIME_LOCK} has no pin for `reasoning-gym>=0.1` of pyproject.toml" in problems
-    assert f"{lock.TEST_LOCK} has no pin for `reasoning-gym>=0.1` of pyproject.toml" in problems
+    assert f"{lock.RUNTIME_LOCK} has no pin for `rlvr-not-locked>=0.1` of pyproject.toml" in problems
+    assert f"{lock.TEST_LOCK} has no pin for `rlvr-not-locked>=0.1` of pyproject.toml" in problems
 
 
 def test_a_test_extra_the_test_lock_misses_is_named_but_not_in_the_runtime_lock():

@@ -15,7 +15,8 @@ import yaml
 from tests.project_clone import RESULTS, results
 from tests.test_dvc import dvc, git
 
-KEPT = ["data/08_reporting/metrics.json", "data/08_reporting/plots/round_curves.csv", "data/08_reporting/summary.json"]
+KEPT = ["data/08_reporting/metrics.json", "data/08_reporting/plots/round_curves.csv",
+        "data/08_reporting/plots/overoptimisation.csv", "data/08_reporting/summary.json"]
 
 
 def _module():

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping, Sequence
 
-from rlvr_factory.domains.base import Domain, Task, row_reference, source_rows
+from rlvr_factory.domains.base import Domain, SingleTurnEnvironment, Task, environment_for, row_reference, source_rows
 from rlvr_factory.verifiers.reward_model import (
     LearnedRewardVerifier, RewardModelVerifier, combine, parse_weights, reward_model_gold,
 )
@@ -45,7 +45,7 @@ class LearnedRewardDomain:
     """`inner` with a reward made of components: its verifier and a reward model, weighted by `weights`."""
 
     def __init__(self, inner: Domain, weights: Mapping[str, float], reward_model: RewardModelVerifier) -> None:
-        if callable(getattr(inner, "environment", None)):
+        if not isinstance(environment_for(inner), SingleTurnEnvironment):
             raise ValueError(f"domain {inner.name!r} has its own multi-turn environment; a learned reward "
                              "scores single-turn domains")
         self.inner = inner
