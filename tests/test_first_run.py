@@ -106,7 +106,7 @@ def test_the_mlflow_run_is_tagged_with_the_commit_and_not_dirty(first_run):
 
 
 def test_dvc_finds_the_outputs_the_committed_lock_records(first_run):
-    status = json.loads(subprocess.run(["dvc", "status", "--json"], cwd=first_run.clone, capture_output=True,
+    status = json.loads(subprocess.run(["dvc", "status", "--with-deps", "report", "--json"], cwd=first_run.clone, capture_output=True,
                                        text=True, check=True).stdout)
     changed = {path: state for stage in status.values() for change in stage if isinstance(change, dict)
                for paths in change.values() for path, state in paths.items() if state != "not in cache"}

@@ -47,7 +47,7 @@ def test_refresh_writes_the_lock_and_results_and_checks_the_outputs_out(refreshe
     assert {"dvc.lock", *KEPT} <= tracked
     assert "git add dvc.lock " + " ".join(KEPT) in refreshed_project.refresh.stdout
     assert git(repo, "status", "--porcelain") == ""
-    assert "Data and pipelines are up to date" in dvc(repo, "status")  # the workspace holds what the lock says
+    assert "Data and pipelines are up to date" in dvc(repo, "status", "--with-deps", "report")  # the workspace holds what the lock says
     summary = json.loads((repo / "data/08_reporting/summary.json").read_text())
     assert set(summary) == {"greedy", "pass@2", "val"}  # one domain: no per-domain block
 
