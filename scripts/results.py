@@ -225,7 +225,7 @@ def refresh(repo: Path) -> int:
         for path in files:
             (repo / path).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(clone / path, repo / path)
-    _run(["dvc", "checkout", "--force"], repo, _dvc_env())
+    _run(["dvc", "checkout", "--force", "--with-deps", TARGET], repo, _dvc_env())
     print(f"results: refreshed for {_head(repo)[:12]}; commit them with\n"
           f"  git add {' '.join(files)} && git commit -m 'Results of {_head(repo)[:12]}'")
     return 0
