@@ -72,7 +72,8 @@ def test_each_run_records_its_curves_evaluation_and_report_artifacts(store):
         assert {"eval.rl.greedy_accuracy", "eval.rl.greedy_accuracy/difficulty_1", "eval.sft.pass_at_2"} <= set(run.data.metrics)
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "report")}
         assert artifacts == {"report/metrics.json", "report/round_curves.png", "report/rollout_sample.json",
-                             "report/domain_rounds.csv", "report/domain_heatmap.png"}
+                             "report/domain_rounds.csv", "report/domain_heatmap.png", "report/overoptimisation.png",
+                             "report/part_views"}
         png = mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path="report/round_curves.png",
                                                   tracking_uri=tracking_uri(store))
         assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -111,7 +112,7 @@ def test_the_registered_policy_answers_as_the_pipelines_greedy_evaluation(store)
     # The evaluation's own greedy pass over the test split, on the last run's RL policy...
     evaluated = sample_verdicts(load_policy(store / "data/06_models/rl_policy"), tasks, domain, verify, 1, greedy, "eval")
     answers = model.predict([t.prompt for t in tasks])
-    assert answers == [verdicts[0][0] for verdicts in evaluated]  # ...answer for answer
+    assert answers == [verdicts[0].answer for verdicts in evaluated]  # ...answer for answer
     scores, _ = verify_batch(domain, answers, [t.reference for t in tasks], verify)
     report = json.loads((store / "data/08_reporting/metrics.json").read_text())
     assert sum(s.correct for s in scores) / len(tasks) == report["rl"]["greedy_accuracy"]

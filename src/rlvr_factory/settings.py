@@ -14,6 +14,10 @@ for _warning in _caught:
     if "Add type hints to the `predict` method" not in str(_warning.message):
         warnings.warn_explicit(_warning.message, _warning.category, _warning.filename, _warning.lineno)
 
+# omegaconf 2.4 (the lock's: hydra-core 1.4 needs it next to antlr 4.13) deprecates the resolver API
+# Kedro and kedro-mlflow still call, once per resolver, on every run.
+warnings.filterwarnings("ignore", message=r"register_new_resolver\(\) is deprecated", category=UserWarning)
+
 from omegaconf.resolvers import oc  # noqa: E402
 from transformers.utils import logging as transformers_logging  # noqa: E402
 

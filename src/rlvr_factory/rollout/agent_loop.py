@@ -210,10 +210,9 @@ def _advance(episode: Episode, result: Step | Failed, chat: ChatFormat, history:
         _finish(episode, reason, result.score, out_of_budget=truncated or result.out_of_budget)
         if result.score is None:
             episode.answer = turn.action
-    elif truncated:
-        _finish(episode, "length", UNFINISHED, out_of_budget=True)
-    elif last_turn:  # out of turns: the environment's verdict on the last action if it gave one (e.g. CAD's attempts)
-        _finish(episode, "max_turns", result.score if result.score is not None else UNFINISHED, out_of_budget=True)
+    elif truncated or last_turn:  # out of tokens or turns: the environment's verdict on the last action if it gave one
+        reason = "length" if truncated else "max_turns"  # (e.g. CAD grades every attempt), else unfinished
+        _finish(episode, reason, result.score if result.score is not None else UNFINISHED, out_of_budget=True)
     else:
         turn.observation = result.observation
         if history is None:
