@@ -79,3 +79,23 @@ def test_the_same_curves_render_to_the_same_png_bytes():
     first = _png(plot_round_curves(curves))
     assert first[:8] == b"\x89PNG\r\n\x1a\n"
     assert _png(plot_round_curves(curves)) == first
+
+
+def test_multi_turn_runs_get_the_episode_columns_and_two_more_panels():
+    history = [{**r, "turns_per_episode": 1.0 + 0.2 * r["round"], "tool_calls_per_episode": 0.2 * r["round"],
+                "pass_rate/turns_1": 0.1, **({"pass_rate/turns_2": 0.5} if r["round"] else {})} for r in HISTORY]
+    curves = round_curves(history, 0.15)
+    assert list(curves.columns)[-4:] == ["turns_per_episode", "tool_calls_per_episode", "pass_rate/turns_1",
+                                         "pass_rate/turns_2"]
+    assert curves["tool_calls_per_episode"].tolist() == pytest.approx([0.0, 0.2, 0.4, 0.6])
+    assert curves["pass_rate/turns_2"].isna().tolist() == [True, False, False, False]  # round 0 had no 2-turn episode
+    titles = [a.get_title(loc="left") for a in plot_round_curves(curves).axes if a.get_title(loc="left")]
+    assert {"Episodes: tool calls and turns", "Episodes: pass rate by turns used"} <= set(titles)
+    assert len(titles) == 6
+
+
+def test_single_turn_runs_keep_four_panels_even_when_the_rounds_report_episode_statistics():
+    history = [{**r, "turns_per_episode": 1.0, "tool_calls_per_episode": 0.0} for r in HISTORY]
+    curves = round_curves(history, 0.15)
+    assert not [c for c in curves if "turns" in c or "tool" in c]
+    assert len([a for a in plot_round_curves(curves).axes if a.get_title(loc="left")]) == 4

@@ -1,5 +1,6 @@
 """The round curves: one table per run (what `dvc plots show` draws) and the figure made from it
-(reward and pass rate, validation accuracy against the SFT baseline, KL and entropy, lengths).
+(reward and pass rate, validation accuracy against the SFT baseline, KL and entropy, lengths, and
+for multi-turn runs the tool calls and turns of an episode).
 Rendered without a display; knows nothing about Kedro."""
 
 from __future__ import annotations
@@ -14,23 +15,38 @@ from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 REQUIRED = ["round", "reward_mean", "pass_rate", "val_greedy_accuracy"]
 OPTIONAL = ["entropy", "kl", "policy_drift_kl", "completion_tokens_mean", "truncated_fraction"]
+EPISODE = ["turns_per_episode", "tool_calls_per_episode"]  # kept only for runs whose episodes use them
+PASS_BY_TURNS = "pass_rate/turns_"  # with the number of turns: the pass rate of the episodes that took that many
 SFT_BASELINE = "sft_val_greedy_accuracy"
 COLORS = {"reward": "#1f77b4", "pass": "#ff7f0e", "val": "#2ca02c", "sft": "#7f7f7f", "entropy": "#9467bd",
-          "kl": "#d62728", "drift": "#e377c2", "tokens": "#17becf", "truncated": "#8c564b"}
+          "kl": "#d62728", "drift": "#e377c2", "tokens": "#17becf", "truncated": "#8c564b", "tools": "#bcbd22", "turns": "#393b79"}
 
 
 def round_curves(round_history: Sequence[Mapping], sft_val_greedy_accuracy: float) -> pd.DataFrame:
     """One row per RL round: reward, pass rate, validation accuracy with the SFT policy's as a
-    baseline column, and, when the rounds report them, entropy, KL and completion lengths."""
+    baseline column, and, when the rounds report them, entropy, KL and completion lengths; turns
+    and tool calls per episode, and the pass rate by number of turns (empty for a round with no
+    episode of that length), only when some episode took more than one turn or called a tool."""
     if not round_history:
         raise ValueError("the round history is empty; run the `rl` pipeline first")
     missing = [c for c in REQUIRED if c not in round_history[0]]
     if missing:
         raise ValueError(f"the round history lacks {missing}; was it written by the `rl` pipeline?")
     columns = REQUIRED + [c for c in OPTIONAL if all(c in r for r in round_history)]
-    curves = pd.DataFrame([{c: r[c] for c in columns} for r in round_history]).sort_values("round", ignore_index=True)
+    if _multi_turn(round_history):
+        by_turns = sorted({k for r in round_history for k in r if k.startswith(PASS_BY_TURNS)},
+                          key=lambda k: int(k.removeprefix(PASS_BY_TURNS)))
+        columns += EPISODE + by_turns
+    curves = pd.DataFrame([{c: r.get(c, np.nan) for c in columns} for r in round_history])
+    curves = curves.sort_values("round", ignore_index=True)
     curves.insert(4, SFT_BASELINE, float(sft_val_greedy_accuracy))
     return curves
+
+
+def _multi_turn(round_history: Sequence[Mapping]) -> bool:
+    if not all(c in r for r in round_history for c in EPISODE):
+        return False
+    return any(r["turns_per_episode"] > 1 or r["tool_calls_per_episode"] > 0 for r in round_history)
 
 
 def _fraction_axis(axes: Axes) -> None:
@@ -120,18 +136,45 @@ def _length_panel(axes: Axes, curves: pd.DataFrame) -> None:
                 "Completions: length", ("tokens", "of the samples"), right_floor=0.05, right_percent=True)
 
 
+def _episode_panel(axes: Axes, curves: pd.DataFrame) -> None:
+    rounds = curves["round"]
+    axes.plot(rounds, curves["tool_calls_per_episode"], "o-", color=COLORS["tools"], label="tool calls")
+    axes.plot(rounds, curves["turns_per_episode"], "s--", color=COLORS["turns"], label="turns")
+    _headroom(axes, float(curves[EPISODE].max().max()))
+    _style(axes, "Episodes: tool calls and turns", "per episode (mean)")
+    _legend(axes)
+
+
+def _turns_panel(axes: Axes, curves: pd.DataFrame) -> None:
+    columns = [c for c in curves if c.startswith(PASS_BY_TURNS)]
+    markers = "o^sDv"
+    for i, column in enumerate(columns):
+        turns = int(column.removeprefix(PASS_BY_TURNS))
+        axes.plot(curves["round"], curves[column], f"{markers[i % len(markers)]}-", color=f"C{i}",
+                  label=f"{turns} turn{'s' if turns > 1 else ''}")
+    _headroom(axes, float(np.nanmax(curves[columns].to_numpy())) if columns else 1.0)
+    _fraction_axis(axes)
+    _style(axes, "Episodes: pass rate by turns used", "of the episodes that long")
+    _legend(axes)
+
+
 def plot_round_curves(curves: pd.DataFrame) -> Figure:
-    """The four panels of the round curves in one figure, its title the run's validation story."""
-    figure = Figure(figsize=(12, 7.5), dpi=100, layout="constrained")
+    """The panels of the round curves in one figure (four; six when the episodes had several
+    turns), its title the run's validation story."""
+    multi_turn = all(c in curves for c in EPISODE)
+    figure = Figure(figsize=(18 if multi_turn else 12, 7.5), dpi=100, layout="constrained")
     accuracy = curves["val_greedy_accuracy"]
     figure.suptitle(
         f"{len(curves)} RL rounds: validation greedy accuracy {curves[SFT_BASELINE].iloc[0]:.1%} (SFT) → "
         f"{accuracy.iloc[-1]:.1%} after the last round, best {accuracy.max():.1%}", fontsize=13, fontweight="bold")
-    panels = figure.subplots(2, 2, sharex=True)
+    panels = figure.subplots(2, 3 if multi_turn else 2, sharex=True)
     _reward_panel(panels[0, 0], curves)
     _validation_panel(panels[0, 1], curves)
     _divergence_panel(panels[1, 0], curves)
     _length_panel(panels[1, 1], curves)
+    if multi_turn:
+        _episode_panel(panels[0, 2], curves)
+        _turns_panel(panels[1, 2], curves)
     for axes in panels[0]:
         axes.tick_params(labelbottom=True)
     return figure
