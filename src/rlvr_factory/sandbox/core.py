@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import tarfile
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from rlvr_factory.sandbox.agent import ProtocolError, Remote, dumps, safe_loads
+from rlvr_factory.sandbox.agent import ProtocolError, Remote, dumps, read_frame, safe_loads, write_frame
 from rlvr_factory.sandbox.backends import (
     DEFAULT_BACKEND,
     Backend,
@@ -140,6 +141,8 @@ class Sandbox:
     def close(self) -> None:
         """Stop the agent and everything in the sandbox."""
         transport, self._transport = self._transport, None
+        if self._program is not None:
+            self._program.close_pipes()
         self._program = None
         if transport is not None:
             transport.close()
@@ -235,7 +238,7 @@ class Sandbox:
         reply = self._begin(("load", source, run_limits.as_dict()), run_limits.timeout_s + GRACE_S)
         program = Program(self, started + run_limits.timeout_s + GRACE_S)
         if reply[0] == "loaded":
-            pass
+            program.pipes = self._transport.receive_call_fds()
         elif reply[0] == "load_error":
             program.load_error = (str(reply[1]), str(reply[2]))
         elif reply[0] in ("dead", "timeout"):
@@ -281,6 +284,9 @@ class Program:
     complex, str, bytes, containers of them, Decimal, Fraction, a few `collections` types);
     other objects stay in the sandbox and come back as `Remote` references. Lists, dicts and
     sets passed as arguments get the program's in-place changes copied back.
+
+    Where the backend hands over the program's own call pipes (`pipes`: bubblewrap, process), calls
+    go straight to the program; otherwise the agent relays each one.
     """
 
     def __init__(self, sandbox: Sandbox, host_deadline: float) -> None:
@@ -288,6 +294,7 @@ class Program:
         self.host_deadline = host_deadline
         self.load_error: tuple[str, str] | None = None
         self.ended: RunResult | None = None
+        self.pipes: tuple[int, int] | None = None  # (the program's job pipe, its reply pipe), when handed over
         self.calls = 0
 
     def __enter__(self) -> Program:
@@ -307,16 +314,8 @@ class Program:
             payload = dumps((name, args, kwargs))
         except Exception as e:  # noqa: BLE001 - an argument the wire cannot carry
             raise TypeError(f"cannot pass {name}'s arguments into the sandbox: {e}") from e
-        reply = self.sandbox.request(("call", payload), max(0.1, self.host_deadline - time.monotonic()))
-        if reply[0] in ("dead", "timeout"):
-            self.ended = self.sandbox._result(reply[1])
-            self.sandbox._program = None
-            raise ProgramEnded(self.ended)
-        if reply[0] != "reply" or len(reply) != 2 or not isinstance(reply[1], bytes):
-            self.sandbox.close()
-            raise SandboxError(f"unexpected reply {reply[0]!r} to a call")
         try:
-            answer = safe_loads(reply[1])
+            answer = safe_loads(self._exchange(payload))
         except ProtocolError as e:
             raise CandidateError("TypeError", f"the program answered with something that is not a plain value ({e})") from None
         if type(answer) is tuple and len(answer) == 3 and answer[0] == "return":
@@ -326,13 +325,48 @@ class Program:
             raise CandidateError(answer[1], answer[2])
         raise CandidateError("TypeError", "the program answered with a malformed reply")
 
+    def _exchange(self, payload: bytes) -> bytes:
+        """One call's payload to the program, and its reply's; ProgramEnded when the program is gone."""
+        if self.pipes is None:
+            reply = self.sandbox.request(("call", payload), max(0.1, self.host_deadline - time.monotonic()))
+            if reply[0] in ("dead", "timeout"):
+                raise self._end(reply[1])
+            if reply[0] != "reply" or len(reply) != 2 or not isinstance(reply[1], bytes):
+                self.sandbox.close()
+                raise SandboxError(f"unexpected reply {reply[0]!r} to a call")
+            return reply[1]
+        job, replies = self.pipes
+        try:
+            write_frame(job, payload, self.host_deadline)
+            answer = read_frame(replies, self.host_deadline)
+        except TimeoutError:  # the agent ends a program at its deadline, closing these pipes: it is lost
+            self.sandbox.close()
+            raise SandboxError("the sandbox did not end its program at the deadline") from None
+        except (OSError, ProtocolError):
+            answer = None
+        if answer is None:  # the program is gone (or broke the framing): the agent says how it ended
+            raise self._end(self.sandbox.request(("stop",), START_TIMEOUT_S)[1])
+        return answer
+
+    def _end(self, info: dict) -> ProgramEnded:
+        """Record how the program ended (from the agent's report); the exception that says so."""
+        self.close_pipes()
+        self.ended = self.sandbox._result(info)
+        if self.sandbox._program is self:
+            self.sandbox._program = None
+        return ProgramEnded(self.ended)
+
+    def close_pipes(self) -> None:
+        """Close this host's ends of the program's call pipes, if it holds them."""
+        pipes, self.pipes = self.pipes, None
+        for fd in pipes or ():
+            os.close(fd)
+
     def stop(self) -> RunResult:
         """Kill the program and everything it started; its exit status and output."""
         if self.ended is None:
-            reply = self.sandbox.request(("stop",), START_TIMEOUT_S)
-            self.ended = self.sandbox._result(reply[1])
-            if self.sandbox._program is self:
-                self.sandbox._program = None
+            self.close_pipes()
+            self._end(self.sandbox.request(("stop",), START_TIMEOUT_S)[1])
         return self.ended
 
 
