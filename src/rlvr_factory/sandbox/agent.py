@@ -765,7 +765,10 @@ class Agent:
         """Hand `job` to a fresh run process; the write end of its stdin, or None (and the sandbox spent).
         The next run's process is asked for at once, so that it is ready when this run ends."""
         self.outcome = None
-        run, self.ready = self.ready or (self._prepare() if not self.spent else None), None
+        if self.spent:  # a sandbox that could not prove itself clean runs nothing more: the host replaces it
+            run = None
+        else:
+            run, self.ready = self.ready or self._prepare(), None
         pid = run.ready(SPAWN_TIMEOUT_S) if run is not None else None
         if pid is not None:
             try:

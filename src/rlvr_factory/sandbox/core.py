@@ -94,6 +94,7 @@ class Sandbox:
         self.persist_workspace = persist_workspace  # keep files between runs (a multi-step environment)
         self._transport: Transport | None = None
         self._program: Program | None = None
+        self._owed: list[Program] = []  # programs released without waiting for the agent's report, oldest first
         self.starts = 0
 
     @property
@@ -144,16 +145,36 @@ class Sandbox:
         if self._program is not None:
             self._program.close_pipes()
         self._program = None
+        for program in self._owed:
+            program.ended = self._error_result("the sandbox closed before it reported how the program ended")
+        self._owed.clear()
         if transport is not None:
             transport.close()
             self.backend.release()
 
     def request(self, message: tuple, timeout_s: float) -> tuple:
-        """Send one command and wait for its answer; SandboxError (and the sandbox closed) if it fails."""
+        """Send one command and wait for its answer (reading first the answers owed for programs
+        released without waiting); SandboxError (and the sandbox closed) if it fails."""
         if self._transport is None:
             self.start()
+        self._send(message)
+        if self._owed and not self._settle():  # an owed answer said the sandbox was spent: it was replaced
+            return self.request(message, timeout_s)
+        reply = self._receive(message[0], timeout_s)
+        if reply[0] == "error":
+            raise CommandFailed(str(reply[1]))
+        return reply
+
+    def _send(self, message: tuple) -> None:
         try:
             self._transport.send(dumps(message))
+        except OSError as e:
+            self.close()
+            raise SandboxError(f"the sandbox broke during {message[0]!r}: {type(e).__name__}: {e}") from e
+
+    def _receive(self, what: str, timeout_s: float) -> tuple:
+        """The agent's next answer (to the command `what`)."""
+        try:
             frame = self._transport.recv(time.monotonic() + timeout_s)
             if frame is None:
                 raise SandboxError(f"the sandbox agent exited ({self._transport.diagnostics()})")
@@ -164,10 +185,17 @@ class Sandbox:
             self.close()
             if isinstance(e, SandboxError):
                 raise
-            raise SandboxError(f"the sandbox broke during {message[0]!r}: {type(e).__name__}: {e}") from e
-        if reply[0] == "error":
-            raise CommandFailed(str(reply[1]))
+            raise SandboxError(f"the sandbox broke during {what!r}: {type(e).__name__}: {e}") from e
         return reply
+
+    def _settle(self) -> bool:
+        """Read the answers owed for released programs, oldest first; False when one left the sandbox replaced."""
+        starts = self.starts
+        while self._owed:
+            reply = self._receive("stop", START_TIMEOUT_S)
+            program = self._owed.pop(0)
+            program.ended = self._result(reply[1])  # a spent sandbox is replaced here
+        return self.starts == starts and self._transport is not None
 
     def _replace(self, why: str) -> None:
         """Discard this sandbox and start a fresh one now (left closed if none starts: the next use says why)."""
@@ -227,8 +255,11 @@ class Sandbox:
             raise
         except SandboxError as e:
             self.close()
-            return RunResult(exit_code=None, stdout=b"", stderr=b"", timed_out=False, wall_s=0.0,
-                             backend=self.backend.name, status="sandbox_error", message=str(e))
+            return self._error_result(str(e))
+
+    def _error_result(self, message: str) -> RunResult:
+        return RunResult(exit_code=None, stdout=b"", stderr=b"", timed_out=False, wall_s=0.0,
+                         backend=self.backend.name, status="sandbox_error", message=message)
 
     def load(self, source: str, limits: Limits | dict | None = None) -> Program:
         """Start a Python program in a fresh child; its functions are then called through `Program.call`."""
@@ -251,7 +282,7 @@ class Sandbox:
 
     def _end_program(self) -> None:
         if self._program is not None:
-            self._program.stop()
+            self._program.release()
 
     def snapshot(self) -> Snapshot:
         """The workspace's files now."""
@@ -301,10 +332,12 @@ class Program:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+        self.release()
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """Call `name(*args, **kwargs)` in the sandbox; CandidateError if it raised, ProgramEnded if gone."""
+        if self in self.sandbox._owed:
+            self.stop()
         if self.ended is not None:
             raise ProgramEnded(self.ended)
         if self.load_error is not None:
@@ -364,10 +397,26 @@ class Program:
 
     def stop(self) -> RunResult:
         """Kill the program and everything it started; its exit status and output."""
+        if self in self.sandbox._owed:
+            self.sandbox._settle()
         if self.ended is None:
             self.close_pipes()
             self._end(self.sandbox.request(("stop",), START_TIMEOUT_S)[1])
         return self.ended
+
+    def release(self) -> None:
+        """Stop the program without waiting: the agent kills it and resets the sandbox while this
+        host goes on; its report is read before the sandbox's next command's answer, or by `stop`."""
+        box = self.sandbox
+        if self.ended is not None or self in box._owed:
+            return
+        if box._program is not self or box._transport is None:  # its sandbox moved on: stop it as usual
+            self.stop()
+            return
+        self.close_pipes()
+        box._program = None
+        box._send(("stop",))
+        box._owed.append(self)
 
 
 def _copy_back(sent: tuple, returned: Any) -> None:
