@@ -14,6 +14,12 @@ cannot prove it removed everything marks the sandbox spent, and it is replaced b
 `run` never raises because of what the command did: a broken sandbox is a result with status
 `sandbox_error`. With `persist_workspace`, files stay between runs instead, and `snapshot` /
 `restore` / `reset` step a multi-step environment back cheaply.
+
+Two things keep the isolated path fast without loosening any of this: a loaded program's calls go
+straight to its own pipes (the agent hands them over; it only drains the program's output and ends
+it at its deadline), and a program leaving its `with` block is released without waiting: the agent
+kills it and proves the sandbox clean while the host works on, and the report is read before the
+next command's answer (a spent agent refuses that command's run, which then goes to the replacement).
 """
 
 from __future__ import annotations
