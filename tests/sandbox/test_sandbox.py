@@ -194,6 +194,16 @@ class TestDirectCalls:
             assert [program.call("f", i) for i in range(3)] == [1, 2, 3]
         assert program.pipes is None  # stopping it closes the host's ends
 
+    def test_without_handed_over_pipes_calls_are_relayed_by_the_agent(self, monkeypatch):
+        with Sandbox(limits=Limits(timeout_s=1), workspace_mb=8) as relayed:  # as in a Docker container
+            relayed.start()
+            monkeypatch.setattr(relayed._transport, "receive_call_fds", lambda: None)
+            with relayed.load("import time\ndef f(x):\n    return x * 2\ndef slow():\n    time.sleep(60)\n") as program:
+                assert program.pipes is None and program.call("f", 21) == 42
+                with pytest.raises(ProgramEnded) as ended:
+                    program.call("slow")
+            assert ended.value.result.timed_out
+
     def test_a_program_left_idle_past_its_deadline_is_ended_then(self, box):
         with box.load("def f():\n    return 1\n", limits=Limits(timeout_s=0.5)) as program:
             time.sleep(1.5)
