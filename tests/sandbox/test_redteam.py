@@ -95,6 +95,28 @@ def test_files_a_run_leaves_are_gone_for_the_next_run(box, attack):
     honest_run_is_unaffected(box)
 
 
+@pytest.mark.parametrize("attack", sorted(FILE_ATTACKS))
+def test_files_a_released_program_leaves_are_gone_for_the_program_loaded_right_after(box, attack):
+    # The first program is released without waiting (its stop and the reset are answered with the next
+    # load), and the second one's process was forked while the first ran: it must still find nothing.
+    plant = f"def plant():\n    try:\n        exec({FILE_ATTACKS[attack]!r}, {{}})\n    except OSError:\n        pass\n"
+    with box.load(plant) as planter:  # what the attack manages before a refusal stays for the reset
+        planter.call("plant")
+    with box.load(f"def find():\n    found = {{}}\n    exec({FIND_SECRET!r}, found)\n    return found['found']\n") as finder:
+        assert finder.call("find") == []
+    honest_run_is_unaffected(box)
+
+
+def test_a_released_program_that_leaves_the_sandbox_unclean_costs_only_that_sandbox(box):
+    starts = box.starts
+    with box.load("import os, signal\ndef freeze():\n    os.kill(-1, signal.SIGSTOP)\n") as attacker:
+        attacker.call("freeze")  # stops the template and the next run's process, which the reset then finds
+    with box.load("def add(a, b):\n    return a + b\n") as honest:  # loaded in a replacement sandbox
+        assert honest.call("add", 2, 3) == 5
+    assert box.starts == starts + 1
+    honest_run_is_unaffected(box)
+
+
 IPC_ATTACKS = {
     "system_v_shared_memory": (
         "import ctypes\nlibc = ctypes.CDLL(None)\nshm = libc.shmget(4242, 4096, 0o1666)\n"

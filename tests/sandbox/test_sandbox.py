@@ -185,6 +185,76 @@ class TestPrograms:
 
 
 @needs_bwrap
+class TestDirectCalls:
+    """The host calls a loaded program over its own pipes; the agent still drains it and ends it on time."""
+
+    def test_a_program_is_called_over_its_own_pipes(self, box):
+        with box.load("def f(x):\n    return x + 1\n") as program:
+            assert program.pipes is not None
+            assert [program.call("f", i) for i in range(3)] == [1, 2, 3]
+        assert program.pipes is None  # stopping it closes the host's ends
+
+    def test_without_handed_over_pipes_calls_are_relayed_by_the_agent(self, monkeypatch):
+        with Sandbox(limits=Limits(timeout_s=1), workspace_mb=8) as relayed:  # as in a Docker container
+            relayed.start()
+            monkeypatch.setattr(relayed._transport, "receive_call_fds", lambda: None)
+            with relayed.load("import time\ndef f(x):\n    return x * 2\ndef slow():\n    time.sleep(60)\n") as program:
+                assert program.pipes is None and program.call("f", 21) == 42
+                with pytest.raises(ProgramEnded) as ended:
+                    program.call("slow")
+            assert ended.value.result.timed_out
+
+    def test_a_program_left_idle_past_its_deadline_is_ended_then(self, box):
+        with box.load("def f():\n    return 1\n", limits=Limits(timeout_s=0.5)) as program:
+            time.sleep(1.5)
+            with pytest.raises(ProgramEnded) as ended:
+                program.call("f")
+        assert ended.value.result.timed_out and ended.value.result.wall_s < 1.2
+
+    def test_a_program_that_stops_reading_its_calls_ends_at_its_deadline(self, box):
+        stop_reading = "import __main__, time\n__main__.read_frame = lambda *a, **k: time.sleep(60)\ndef f(x): return 1\n"
+        with box.load(stop_reading, limits=Limits(timeout_s=1)) as program:
+            started = time.monotonic()
+            with pytest.raises(ProgramEnded) as ended:
+                program.call("f", b"x" * 1_000_000)  # far more than a pipe holds
+        assert ended.value.result.timed_out and time.monotonic() - started < 3
+        assert box.run([PY, "-c", "print(6 * 7)"]).stdout == b"42\n"
+
+    def test_a_forked_child_holding_the_pipes_does_not_outlive_the_deadline(self, box):
+        holder = "import os, time\ndef f():\n    if os.fork() == 0:\n        time.sleep(60)\n    time.sleep(60)\n"
+        with box.load(holder, limits=Limits(timeout_s=1)) as program:
+            started = time.monotonic()
+            with pytest.raises(ProgramEnded) as ended:
+                program.call("f")
+        assert ended.value.result.timed_out and time.monotonic() - started < 3
+        assert box.run([PY, "-c", OTHER_PROCESSES]).stdout == b"[]\n"
+
+    def test_output_is_drained_while_the_host_waits_on_a_call(self, box):
+        talker = "import sys\ndef f():\n    sys.stdout.write('x' * 1_000_000)\n    sys.stdout.flush()\n    return 'done'\n"
+        with box.load(talker, limits=Limits(timeout_s=3, output_bytes=1000)) as program:
+            assert program.call("f") == "done"  # a full stdout pipe would block the program till its deadline
+            result = program.stop()
+        assert result.output_truncated and len(result.stdout) == 1000 and not result.timed_out
+
+    def test_a_program_that_dies_mid_call_reports_its_exit(self, box):
+        with box.load("import os\ndef f():\n    os._exit(3)\n") as program:
+            with pytest.raises(ProgramEnded) as ended:
+                program.call("f")
+        assert ended.value.result.exit_code == 3 and not ended.value.result.timed_out
+
+    def test_a_garbled_reply_ends_the_program_without_breaking_the_sandbox(self, box):
+        garble = ("import __main__, os\ndef f():\n    real = __main__.write_frame\n"
+                  "    __main__.write_frame = lambda fd, payload, *a: real(fd, b'not a pickle') or os.write(fd, b'\\xff' * 4)\n"
+                  "def g(): return 2\n")
+        with box.load(garble) as program:
+            with pytest.raises(CandidateError):
+                program.call("f")  # the well-framed garbage is refused as a value
+            with pytest.raises(ProgramEnded):
+                program.call("g")  # the stray bytes announce an oversize frame: the program is stopped
+        assert box.run([PY, "-c", "print(1)"]).stdout == b"1\n"
+
+
+@needs_bwrap
 def test_a_multi_step_workspace_is_snapshotted_and_restored():
     with Sandbox(persist_workspace=True, workspace_mb=8) as box:
         assert box.run(["sh", "-c", "echo step1 > state.txt && mkdir d && echo y > d/x"]).exit_code == 0

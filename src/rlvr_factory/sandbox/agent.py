@@ -15,6 +15,12 @@ It reads commands from the host on stdin and answers on stdout, one framed messa
 
 A command that fails (a corrupt snapshot, say) is answered ("error", message) and the agent serves on.
 
+Where the host gave the agent an fd channel (a socket; bubblewrap and process backends), each
+`loaded` reply comes with the program's own call pipes, sent over that channel, and the host calls
+the program directly instead of through "call": half the hops per call. Until the next command the
+agent then drains the program's output and ends it at its deadline; the next "call" or "stop" is
+answered with how it ended.
+
 Every message that crosses the sandbox boundary is decoded with `safe_loads`, which builds
 plain values only (no class of the sender's choosing is ever constructed), so a compromised
 sandbox can send wrong answers but never code. The agent relays the program's call replies
@@ -122,12 +128,19 @@ def dumps(obj) -> bytes:
     return pickle.dumps(obj, protocol=5)
 
 
-def write_frame(fd: int, payload: bytes) -> None:
-    """Write one length-prefixed frame to a file descriptor."""
+def write_frame(fd: int, payload: bytes, deadline: float | None = None) -> None:
+    """Write one length-prefixed frame to a file descriptor; with a `deadline` (monotonic), a pipe
+    whose reader stops reading raises TimeoutError then, rather than blocking for ever."""
     data = _HEADER.pack(len(payload)) + payload
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view) :]
+        if deadline is None:
+            view = view[os.write(fd, view) :]
+            continue
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([], [fd], [], left)[1]:
+            raise TimeoutError
+        view = view[os.write(fd, view[: select.PIPE_BUF]) :]  # a writable pipe takes PIPE_BUF bytes without blocking
 
 
 def _read_exact(fd: int, n: int, deadline: float | None = None) -> bytes | None:
@@ -623,6 +636,8 @@ class Agent:
         self.skeleton = Skeleton(roots, [p for p in config.get("keep", ()) if os.path.exists(p)])
         self.modes = {d: os.stat(d).st_mode for d in [*roots, *self.skeleton.dirs]}  # what a reset restores
         self.template = Template(self.workspace)
+        self.channel = socket.socket(fileno=config["channel_fd"]) if config.get("channel_fd") is not None else None
+        self.outcome: dict | None = None  # how the live program ended at its deadline, between two commands
         self.ready: RunProcess | None = None  # the next run's process, forked while the current run runs
         self.base: bytes | None = None
         self.child: int | None = None
@@ -638,7 +653,7 @@ class Agent:
     def serve(self) -> None:
         self.ready = self._prepare()
         while True:
-            frame = read_frame(self.cin)
+            frame = self._next_command()
             if frame is None:
                 self._kill_all()
                 return
@@ -650,6 +665,24 @@ class Agent:
             write_frame(self.cout, dumps(reply))
             if self.ready is None and self.child is None and not self.spent:
                 self.ready = self._prepare()  # while the host works on the reply
+
+    def _next_command(self) -> bytes | None:
+        """The host's next frame; meanwhile a live program's output is drained and its deadline kept
+        (the host may be calling it directly: then only the agent can end it on time)."""
+        while self.child is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                self.outcome = self._finish(True)
+                break
+            readable = select.select([self.cin, *self._open_captures()], [], [], left)[0]
+            self._drain(readable)
+            if self.cin in readable:
+                break
+        return read_frame(self.cin)
+
+    def _take_outcome(self) -> dict | None:
+        outcome, self.outcome = self.outcome, None
+        return outcome
 
     def _cmd_ping(self):
         return ("pong", os.getpid())
@@ -667,11 +700,18 @@ class Agent:
         if in_w is None:
             return ("dead", self._finish(False, note="no run process"))
         os.close(in_w)
-        return self._await_reply(relay=False)
+        reply = self._await_reply(relay=False)
+        if reply[0] == "loaded" and self.channel is not None:
+            try:
+                socket.send_fds(self.channel, [b"calls"], list(self.call_fds))
+            except OSError:
+                pass  # without its pipes the host relays its calls through "call"
+        return reply
 
     def _cmd_call(self, payload):
         if self.call_fds is None:
-            return ("dead", self._finish(False))
+            outcome = self._take_outcome()
+            return ("timeout", outcome) if outcome is not None else ("dead", self._finish(False))
         try:
             write_frame(self.call_fds[0], payload)
         except OSError:
@@ -679,7 +719,8 @@ class Agent:
         return self._await_reply(relay=True)
 
     def _cmd_stop(self):
-        return ("stopped", self._finish(False))
+        outcome = self._take_outcome()
+        return ("stopped", outcome if outcome is not None else self._finish(False))
 
     def _cmd_snapshot(self):
         buffer = io.BytesIO()
@@ -723,7 +764,11 @@ class Agent:
     def _spawn(self, limits: dict, job: tuple) -> int | None:
         """Hand `job` to a fresh run process; the write end of its stdin, or None (and the sandbox spent).
         The next run's process is asked for at once, so that it is ready when this run ends."""
-        run, self.ready = self.ready or (self._prepare() if not self.spent else None), None
+        self.outcome = None
+        if self.spent:  # a sandbox that could not prove itself clean runs nothing more: the host replaces it
+            run = None
+        else:
+            run, self.ready = self.ready or self._prepare(), None
         pid = run.ready(SPAWN_TIMEOUT_S) if run is not None else None
         if pid is not None:
             try:

@@ -13,6 +13,7 @@ import os
 import platform
 import shutil
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -58,6 +59,8 @@ class Transport(Protocol):
 
     def diagnostics(self) -> str: ...
 
+    def receive_call_fds(self) -> tuple[int, int] | None: ...
+
 
 def agent_environment() -> dict[str, str]:
     """The environment of everything inside a sandbox: this interpreter first on PATH, fixed hash seed."""
@@ -72,22 +75,52 @@ def agent_environment() -> dict[str, str]:
     }
 
 
+CALL_FDS = 2  # a loaded program's call channel, as the agent hands it to the host: (its job pipe, its reply pipe)
+
+
 class PipeTransport:
-    """The agent as a local child process, framed messages over its stdin and stdout."""
+    """The agent as a local child process, framed messages over its stdin and stdout.
+
+    A second socket, the fd channel (its number in the sandbox is `channel_fd`), carries a loaded
+    program's own call pipes from the agent to the host, so that calls go straight to the program.
+    """
 
     def __init__(self, argv: list[str], env: dict[str, str] | None = None, cleanup: list[Path] = (),
                  pass_fds: tuple[int, ...] = ()) -> None:
+        self.channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.channel_fd = theirs.fileno()
+        self.channel.setblocking(False)  # read only for what is already there
         try:
             self.process = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env=env, start_new_session=True, pass_fds=pass_fds,
+                env=env, start_new_session=True, pass_fds=(*pass_fds, self.channel_fd),
             )
         except OSError as e:
+            self.channel.close()
             raise SandboxStartError(f"cannot start {argv[0]!r}: {e}") from e
         finally:
+            theirs.close()
             for fd in pass_fds:
                 os.close(fd)
         self.cleanup = list(cleanup)
+
+    def receive_call_fds(self) -> tuple[int, int] | None:
+        """The call pipes the agent handed over with its last `loaded` reply (older ones are closed);
+        None when there are none, or they are not two pipes."""
+        latest: list[int] = []
+        while True:
+            try:
+                _, fds, _, _ = socket.recv_fds(self.channel, 16, CALL_FDS)
+            except (BlockingIOError, OSError):
+                break
+            for fd in latest:
+                os.close(fd)
+            latest = fds
+        if len(latest) == CALL_FDS and all(stat.S_ISFIFO(os.fstat(fd).st_mode) for fd in latest):
+            return latest[0], latest[1]
+        for fd in latest:
+            os.close(fd)
+        return None
 
     def send(self, payload: bytes) -> None:
         write_frame(self.process.stdin.fileno(), payload)
@@ -116,6 +149,7 @@ class PipeTransport:
             self.process.kill()
             self.process.wait()
         self.process.stderr.close()
+        self.channel.close()
         for path in self.cleanup:
             shutil.rmtree(path, ignore_errors=True)
 
@@ -276,7 +310,7 @@ class BubblewrapBackend:
         dirs, links = python_installation()
         keep = [p for p in [*dirs, *links] if _under(p, SCRATCH)]
         return transport, {"workspace": WORKSPACE, "scratch": ["/tmp", "/dev/shm"], "uid": uid, "keep": keep,
-                           "private_ipc": True}
+                           "private_ipc": True, "channel_fd": transport.channel_fd}
 
     def release(self) -> None:
         if self._lock is not None:
@@ -304,7 +338,7 @@ class ProcessBackend:
         workspace = Path(tempfile.mkdtemp(prefix="rlvr-sandbox-"))
         env = {**agent_environment(), "HOME": str(workspace), "TMPDIR": str(workspace)}
         transport = PipeTransport([sys.executable, "-I", str(AGENT)], env=env, cleanup=[workspace])
-        return transport, {"workspace": str(workspace), "scratch": [], "uid": None}
+        return transport, {"workspace": str(workspace), "scratch": [], "uid": None, "channel_fd": transport.channel_fd}
 
     def release(self) -> None:
         pass
@@ -363,6 +397,10 @@ class DockerTransport:
         payload = bytes(self.buffer[_HEADER.size : _HEADER.size + size])
         del self.buffer[: _HEADER.size + size]
         return payload
+
+    def receive_call_fds(self) -> None:
+        """None: descriptors cannot cross into a container's attach socket, so calls go through the agent."""
+        return None
 
     def diagnostics(self) -> str:
         try:

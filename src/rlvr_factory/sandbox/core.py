@@ -14,18 +14,25 @@ cannot prove it removed everything marks the sandbox spent, and it is replaced b
 `run` never raises because of what the command did: a broken sandbox is a result with status
 `sandbox_error`. With `persist_workspace`, files stay between runs instead, and `snapshot` /
 `restore` / `reset` step a multi-step environment back cheaply.
+
+Two things keep the isolated path fast without loosening any of this: a loaded program's calls go
+straight to its own pipes (the agent hands them over; it only drains the program's output and ends
+it at its deadline), and a program leaving its `with` block is released without waiting: the agent
+kills it and proves the sandbox clean while the host works on, and the report is read before the
+next command's answer (a spent agent refuses that command's run, which then goes to the replacement).
 """
 
 from __future__ import annotations
 
 import io
 import logging
+import os
 import tarfile
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from rlvr_factory.sandbox.agent import ProtocolError, Remote, dumps, safe_loads
+from rlvr_factory.sandbox.agent import ProtocolError, Remote, dumps, read_frame, safe_loads, write_frame
 from rlvr_factory.sandbox.backends import (
     DEFAULT_BACKEND,
     Backend,
@@ -93,6 +100,7 @@ class Sandbox:
         self.persist_workspace = persist_workspace  # keep files between runs (a multi-step environment)
         self._transport: Transport | None = None
         self._program: Program | None = None
+        self._owed: list[Program] = []  # programs released without waiting for the agent's report, oldest first
         self.starts = 0
 
     @property
@@ -140,17 +148,39 @@ class Sandbox:
     def close(self) -> None:
         """Stop the agent and everything in the sandbox."""
         transport, self._transport = self._transport, None
+        if self._program is not None:
+            self._program.close_pipes()
         self._program = None
+        for program in self._owed:
+            program.ended = self._error_result("the sandbox closed before it reported how the program ended")
+        self._owed.clear()
         if transport is not None:
             transport.close()
             self.backend.release()
 
     def request(self, message: tuple, timeout_s: float) -> tuple:
-        """Send one command and wait for its answer; SandboxError (and the sandbox closed) if it fails."""
+        """Send one command and wait for its answer (reading first the answers owed for programs
+        released without waiting); SandboxError (and the sandbox closed) if it fails."""
         if self._transport is None:
             self.start()
+        self._send(message)
+        if self._owed and not self._settle():  # an owed answer said the sandbox was spent: it was replaced
+            return self.request(message, timeout_s)
+        reply = self._receive(message[0], timeout_s)
+        if reply[0] == "error":
+            raise CommandFailed(str(reply[1]))
+        return reply
+
+    def _send(self, message: tuple) -> None:
         try:
             self._transport.send(dumps(message))
+        except OSError as e:
+            self.close()
+            raise SandboxError(f"the sandbox broke during {message[0]!r}: {type(e).__name__}: {e}") from e
+
+    def _receive(self, what: str, timeout_s: float) -> tuple:
+        """The agent's next answer (to the command `what`)."""
+        try:
             frame = self._transport.recv(time.monotonic() + timeout_s)
             if frame is None:
                 raise SandboxError(f"the sandbox agent exited ({self._transport.diagnostics()})")
@@ -161,10 +191,17 @@ class Sandbox:
             self.close()
             if isinstance(e, SandboxError):
                 raise
-            raise SandboxError(f"the sandbox broke during {message[0]!r}: {type(e).__name__}: {e}") from e
-        if reply[0] == "error":
-            raise CommandFailed(str(reply[1]))
+            raise SandboxError(f"the sandbox broke during {what!r}: {type(e).__name__}: {e}") from e
         return reply
+
+    def _settle(self) -> bool:
+        """Read the answers owed for released programs, oldest first; False when one left the sandbox replaced."""
+        starts = self.starts
+        while self._owed:
+            reply = self._receive("stop", START_TIMEOUT_S)
+            program = self._owed.pop(0)
+            program.ended = self._result(reply[1])  # a spent sandbox is replaced here
+        return self.starts == starts and self._transport is not None
 
     def _replace(self, why: str) -> None:
         """Discard this sandbox and start a fresh one now (left closed if none starts: the next use says why)."""
@@ -224,8 +261,11 @@ class Sandbox:
             raise
         except SandboxError as e:
             self.close()
-            return RunResult(exit_code=None, stdout=b"", stderr=b"", timed_out=False, wall_s=0.0,
-                             backend=self.backend.name, status="sandbox_error", message=str(e))
+            return self._error_result(str(e))
+
+    def _error_result(self, message: str) -> RunResult:
+        return RunResult(exit_code=None, stdout=b"", stderr=b"", timed_out=False, wall_s=0.0,
+                         backend=self.backend.name, status="sandbox_error", message=message)
 
     def load(self, source: str, limits: Limits | dict | None = None) -> Program:
         """Start a Python program in a fresh child; its functions are then called through `Program.call`."""
@@ -235,7 +275,7 @@ class Sandbox:
         reply = self._begin(("load", source, run_limits.as_dict()), run_limits.timeout_s + GRACE_S)
         program = Program(self, started + run_limits.timeout_s + GRACE_S)
         if reply[0] == "loaded":
-            pass
+            program.pipes = self._transport.receive_call_fds()
         elif reply[0] == "load_error":
             program.load_error = (str(reply[1]), str(reply[2]))
         elif reply[0] in ("dead", "timeout"):
@@ -248,7 +288,7 @@ class Sandbox:
 
     def _end_program(self) -> None:
         if self._program is not None:
-            self._program.stop()
+            self._program.release()
 
     def snapshot(self) -> Snapshot:
         """The workspace's files now."""
@@ -281,6 +321,9 @@ class Program:
     complex, str, bytes, containers of them, Decimal, Fraction, a few `collections` types);
     other objects stay in the sandbox and come back as `Remote` references. Lists, dicts and
     sets passed as arguments get the program's in-place changes copied back.
+
+    Where the backend hands over the program's own call pipes (`pipes`: bubblewrap, process), calls
+    go straight to the program; otherwise the agent relays each one.
     """
 
     def __init__(self, sandbox: Sandbox, host_deadline: float) -> None:
@@ -288,16 +331,19 @@ class Program:
         self.host_deadline = host_deadline
         self.load_error: tuple[str, str] | None = None
         self.ended: RunResult | None = None
+        self.pipes: tuple[int, int] | None = None  # (the program's job pipe, its reply pipe), when handed over
         self.calls = 0
 
     def __enter__(self) -> Program:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+        self.release()
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """Call `name(*args, **kwargs)` in the sandbox; CandidateError if it raised, ProgramEnded if gone."""
+        if self in self.sandbox._owed:
+            self.stop()
         if self.ended is not None:
             raise ProgramEnded(self.ended)
         if self.load_error is not None:
@@ -307,16 +353,8 @@ class Program:
             payload = dumps((name, args, kwargs))
         except Exception as e:  # noqa: BLE001 - an argument the wire cannot carry
             raise TypeError(f"cannot pass {name}'s arguments into the sandbox: {e}") from e
-        reply = self.sandbox.request(("call", payload), max(0.1, self.host_deadline - time.monotonic()))
-        if reply[0] in ("dead", "timeout"):
-            self.ended = self.sandbox._result(reply[1])
-            self.sandbox._program = None
-            raise ProgramEnded(self.ended)
-        if reply[0] != "reply" or len(reply) != 2 or not isinstance(reply[1], bytes):
-            self.sandbox.close()
-            raise SandboxError(f"unexpected reply {reply[0]!r} to a call")
         try:
-            answer = safe_loads(reply[1])
+            answer = safe_loads(self._exchange(payload))
         except ProtocolError as e:
             raise CandidateError("TypeError", f"the program answered with something that is not a plain value ({e})") from None
         if type(answer) is tuple and len(answer) == 3 and answer[0] == "return":
@@ -326,14 +364,65 @@ class Program:
             raise CandidateError(answer[1], answer[2])
         raise CandidateError("TypeError", "the program answered with a malformed reply")
 
+    def _exchange(self, payload: bytes) -> bytes:
+        """One call's payload to the program, and its reply's; ProgramEnded when the program is gone."""
+        if self.pipes is None:
+            reply = self.sandbox.request(("call", payload), max(0.1, self.host_deadline - time.monotonic()))
+            if reply[0] in ("dead", "timeout"):
+                raise self._end(reply[1])
+            if reply[0] != "reply" or len(reply) != 2 or not isinstance(reply[1], bytes):
+                self.sandbox.close()
+                raise SandboxError(f"unexpected reply {reply[0]!r} to a call")
+            return reply[1]
+        job, replies = self.pipes
+        try:
+            write_frame(job, payload, self.host_deadline)
+            answer = read_frame(replies, self.host_deadline)
+        except TimeoutError:  # the agent ends a program at its deadline, closing these pipes: it is lost
+            self.sandbox.close()
+            raise SandboxError("the sandbox did not end its program at the deadline") from None
+        except (OSError, ProtocolError):
+            answer = None
+        if answer is None:  # the program is gone (or broke the framing): the agent says how it ended
+            raise self._end(self.sandbox.request(("stop",), START_TIMEOUT_S)[1])
+        return answer
+
+    def _end(self, info: dict) -> ProgramEnded:
+        """Record how the program ended (from the agent's report); the exception that says so."""
+        self.close_pipes()
+        self.ended = self.sandbox._result(info)
+        if self.sandbox._program is self:
+            self.sandbox._program = None
+        return ProgramEnded(self.ended)
+
+    def close_pipes(self) -> None:
+        """Close this host's ends of the program's call pipes, if it holds them."""
+        pipes, self.pipes = self.pipes, None
+        for fd in pipes or ():
+            os.close(fd)
+
     def stop(self) -> RunResult:
         """Kill the program and everything it started; its exit status and output."""
+        if self in self.sandbox._owed:
+            self.sandbox._settle()
         if self.ended is None:
-            reply = self.sandbox.request(("stop",), START_TIMEOUT_S)
-            self.ended = self.sandbox._result(reply[1])
-            if self.sandbox._program is self:
-                self.sandbox._program = None
+            self.close_pipes()
+            self._end(self.sandbox.request(("stop",), START_TIMEOUT_S)[1])
         return self.ended
+
+    def release(self) -> None:
+        """Stop the program without waiting: the agent kills it and resets the sandbox while this
+        host goes on; its report is read before the sandbox's next command's answer, or by `stop`."""
+        box = self.sandbox
+        if self.ended is not None or self in box._owed:
+            return
+        if box._program is not self or box._transport is None:  # its sandbox moved on: stop it as usual
+            self.stop()
+            return
+        self.close_pipes()
+        box._program = None
+        box._send(("stop",))
+        box._owed.append(self)
 
 
 def _copy_back(sent: tuple, returned: Any) -> None:
