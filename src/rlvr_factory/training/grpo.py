@@ -113,8 +113,8 @@ def _batch(part: Sequence[Sample], pad_id: int, device) -> tuple[torch.Tensor, t
 def _logprobs(model, batch: Sequence[Sample], pad_id: int, device, chunk: int) -> list[torch.Tensor]:
     out = []
     for lo in range(0, len(batch), chunk):
-        ids, attn, _ = _batch(batch[lo : lo + chunk], pad_id, device)
-        logp, _ = token_logprobs(model, ids, attn)
+        ids, attn, cmask = _batch(batch[lo : lo + chunk], pad_id, device)
+        logp, _ = token_logprobs(model, ids, attn, positions=cmask)
         out.extend(logp.cpu())
     return out
 
@@ -323,7 +323,9 @@ def _micro_step(model, part: list[Sample], rows: list[int], train: bool, step: d
     if config.mask_truncated:
         cmask = mask_truncated(cmask, ctx.truncated[rows].to(ctx.device))
     weight = float(cmask.sum()) / ctx.tokens
-    logp, entropy = token_logprobs(model, ids, attn, with_entropy=True, entropy_grad=train and config.entropy_coef > 0)
+    logp, entropy = token_logprobs(
+        model, ids, attn, with_entropy=True, entropy_grad=train and config.entropy_coef > 0, positions=cmask,
+    )
     width = ids.shape[1]
     old = logp.detach() if ctx.old_logp is None else _pad_rows([ctx.old_logp[i] for i in rows], width).to(ctx.device)
     advantages = ctx.advantages[rows].to(ctx.device)
