@@ -155,6 +155,25 @@ def test_chunked_log_probs_and_gradients_equal_the_full_log_softmax(tiny_policy,
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
+def test_entropy_gradients_do_not_depend_on_the_thread_count(tiny_policy):
+    """A run resumed in a process with other torch threads must train exactly as the uninterrupted one."""
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 250, (8, 48), generator=generator)
+    weights = torch.rand(ids.shape, generator=generator)
+    grads = []
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            tiny_policy.model.zero_grad()
+            _, entropy = token_logprobs(tiny_policy.model, ids, torch.ones_like(ids), with_entropy=True)
+            (entropy * weights).sum().backward()
+            grads.append([p.grad.clone() for p in tiny_policy.model.parameters()])
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
 def test_entropy_for_logging_carries_no_gradient(tiny_policy):
     ids = torch.tensor([[1, 50, 60, 70]])
     logp, entropy = token_logprobs(tiny_policy.model, ids, torch.ones_like(ids), with_entropy=True, entropy_grad=False)

@@ -71,7 +71,10 @@ def _chunk_logprobs(
     entropy = logits.new_zeros(0)
     if with_entropy:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = lse - (logits.softmax(-1) * logits).sum(-1)  # H = logsumexp(z) - E_p[z]
+            # from log p = z - logsumexp(z), not softmax(z): softmax's CPU backward sums in an order
+            # that depends on the thread count, and a run must not change with it (resume, CI)
+            shifted = logits - lse.unsqueeze(-1)
+            entropy = -(shifted.exp() * shifted).sum(-1)
     return logp, entropy
 
 
