@@ -112,6 +112,7 @@ class _Padded:
     ids: torch.Tensor
     attention: torch.Tensor
     completion_mask: torch.Tensor
+    host_mask: torch.Tensor  # the completion mask on the host: the loss's divisors need no device sync
     sampling_logp: torch.Tensor | None
     lengths: list[int]  # prompt + completion tokens of each sample
 
@@ -125,7 +126,7 @@ class _Padded:
                 sampling[row, len(s.prompt_ids) : len(s.prompt_ids) + len(s.completion_ids)] = torch.tensor(s.sampling_logprobs)
             sampling = sampling.to(device)
         lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in samples]
-        return cls(ids.to(device), attention.to(device), cmask.to(device), sampling, lengths)
+        return cls(ids.to(device), attention.to(device), cmask.to(device), cmask, sampling, lengths)
 
     def rows(self, tensor: torch.Tensor, rows: Sequence[int]) -> torch.Tensor:
         """`tensor`'s rows `rows`, cut to the widest of them (as if padded on their own)."""
@@ -169,7 +170,7 @@ def _shaped_rewards(
         stats["overlong_penalty_mean"] = float(penalty.mean())
     if config.kl_coef > 0 and config.kl_placement == "reward":
         shaped = kl_shaped_rewards(
-            rewards, old_logp.cpu(), ref_logp.cpu(), completion_mask.cpu(), config.kl_coef, config.kl_kind
+            rewards, old_logp.cpu(), ref_logp.cpu(), completion_mask, config.kl_coef, config.kl_kind
         )
         stats["kl_reward_penalty_mean"] = float((rewards - shaped).mean())
         rewards = shaped
@@ -237,7 +238,7 @@ def rl_update(
     padded = _Padded.of(samples, pad_id, device)  # the round's one padding
     old_logp = None if on_policy else _logprobs(model, padded, chunk)
     ref_logp = _logprobs(reference, padded, chunk) if config.kl_coef > 0 else None
-    rewards, stats = _shaped_rewards(samples, config, old_logp, ref_logp, padded.completion_mask)
+    rewards, stats = _shaped_rewards(samples, config, old_logp, ref_logp, padded.host_mask)
     advantages = _episode_advantages(samples, rewards, config.advantage_estimator, config.component_normalisation)
     truncated = torch.tensor([s.truncated for s in samples])
     # Dr. GRPO divides each sequence's loss sum by one constant: here the widest prompt+completion of the round.
@@ -268,8 +269,7 @@ def rl_update(
     model.train()
     for _ in range(config.epochs):
         for idx in minibatches(len(samples), config.minibatch_size, rng):
-            part = [samples[i] for i in idx]
-            full_mask = padded.completion_mask[torch.as_tensor(idx, device=device)].cpu()
+            full_mask = padded.host_mask[idx]
             if config.mask_truncated:
                 full_mask = mask_truncated(full_mask, truncated[idx])
             ctx.units = loss_units(full_mask, config.loss_aggregation)  # shared by the micro-batches
