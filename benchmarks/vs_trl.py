@@ -216,8 +216,8 @@ def main() -> None:
     print(f"one RL step: {args.prompts} prompts x {args.generations} generations, <= {args.max_new_tokens} new tokens, "
           f"fp32 CPU, {args.threads} thread(s), trl {trl.__version__}; {args.repeats} alternating runs of "
           f"{args.steps} timed steps each, each run a process of its own")
-    print("| model | framework | median s/step | min s/step | generation | reward | forward | rest | peak MB | mean len | mean reward |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | framework | median s/step | min s/step | generation | reward | forward | rest | train s/step | peak MB | mean len | mean reward |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     spawn = multiprocessing.get_context("spawn")
     for kind in kinds:
         steps: dict[str, list[float]] = defaultdict(list)
@@ -235,19 +235,25 @@ def main() -> None:
                 rewards[name].append(mean_reward)
                 peaks[name].append(peak)
         label = f"{kind} ({params / 1e6:.1f}M{', ' + args.model if args.model and kind == 'tiny' else ''})"
-        median = {}
+        median, train = {}, {}
         for name in RUNNERS:
             median[name] = statistics.median(steps[name])
+            # the training part of a step (log-probs, loss, backward, optimizer): the step less generation and reward
+            train[name] = statistics.median(t - p.get("generation", 0.0) - p.get("reward", 0.0)
+                                            for t, p in zip(steps[name], phases[name]))
             mean = {k: statistics.mean(p.get(k, 0.0) for p in phases[name]) for k in ("generation", "reward", "forward")}
             rest = statistics.mean(steps[name]) - sum(mean.values())
             print(f"| {label} | {name} | {median[name]:.3f} | {min(steps[name]):.3f} | {mean['generation']:.3f} | "
-                  f"{mean['reward']:.3f} | {mean['forward']:.3f} | {rest:.3f} | {max(peaks[name]):.0f} | "
+                  f"{mean['reward']:.3f} | {mean['forward']:.3f} | {rest:.3f} | {train[name]:.3f} | {max(peaks[name]):.0f} | "
                   f"{statistics.mean(lengths[name]):.1f} | {statistics.mean(rewards[name]):.3f} |")
         for name in ("ours", "ours, no skip"):
             print(f"{kind}: {name} vs trl: speed median {median['trl'] / median[name]:.2f}x, "
-                  f"min {min(steps['trl']) / min(steps[name]):.2f}x; peak memory {max(peaks[name]) / max(peaks['trl']):.2f}x")
+                  f"min {min(steps['trl']) / min(steps[name]):.2f}x, training part {train['trl'] / train[name]:.2f}x; "
+                  f"peak memory {max(peaks[name]) / max(peaks['trl']):.2f}x")
     print("(phases: mean seconds per timed step; forward = model forward passes outside generation (log-probs); "
-          "rest = backward + optimizer + glue; peak MB = the run's peak resident memory above what it held once set up)")
+          "rest = backward + optimizer + glue; train = median of (step - generation - reward); peak MB = the run's peak "
+          "resident memory (getrusage ru_maxrss, the kernel's high-water mark of the process's RSS, which sees torch's "
+          "allocations unlike tracemalloc) above its RSS once model and trainer were built, one process per run)")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from rlvr_factory.training import lm
 from rlvr_factory.training.lm import (
     join_prompt_completion,
     lr_schedule,
@@ -116,6 +117,83 @@ def test_token_logprobs_are_differentiable(tiny_policy):
     logp, _ = token_logprobs(tiny_policy.model, ids, torch.ones_like(ids))
     logp.sum().backward()
     assert tiny_policy.model.lm_head.weight.grad is not None
+
+
+def _reference_logprobs_and_entropy(model, ids, attention):
+    """The full-vocabulary log-softmax over every position: what the lean path must equal."""
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+    logp_all = F.log_softmax(logits, dim=-1)
+    logp = F.pad(logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1), (1, 0))
+    return logp, F.pad(-(logp_all.exp() * logp_all).sum(-1), (1, 0))
+
+
+def test_only_the_requested_positions_are_scored(tiny_policy):
+    ids, attention, completion = join_prompt_completion([[1, 50, 51], [1, 60]], [[70, 2], [71, 72, 73, 2]], PAD)
+    logp, entropy = token_logprobs(tiny_policy.model, ids, attention, with_entropy=True, positions=completion)
+    with torch.no_grad():
+        ref_logp, ref_entropy = _reference_logprobs_and_entropy(tiny_policy.model, ids, attention)
+    scored = completion.bool()
+    torch.testing.assert_close(logp[scored].detach(), ref_logp[scored], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(entropy[scored], ref_entropy[scored], atol=1e-5, rtol=1e-5)
+    assert (logp[~scored] == 0).all() and (entropy[~scored] == 0).all()
+
+
+@pytest.mark.parametrize("chunk_elements", [1, 3 * 260, 10**9])  # one token a chunk, three, all at once
+def test_chunked_log_probs_and_gradients_equal_the_full_log_softmax(tiny_policy, monkeypatch, chunk_elements):
+    monkeypatch.setattr(lm, "LOGIT_CHUNK_ELEMENTS", chunk_elements)
+    ids, attention, completion = join_prompt_completion([[1, 50], [1, 60, 61]], [[70, 71, 2], [72, 2]], PAD)
+    model = tiny_policy.model
+    logp, entropy = token_logprobs(model, ids, attention, with_entropy=True, positions=completion)
+    (logp.sum() - entropy.sum()).backward()
+    lean = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    ref_logp, ref_entropy = _reference_logprobs_and_entropy(model, ids, attention)
+    mask = completion.float()
+    ((ref_logp * mask).sum() - (ref_entropy * mask).sum()).backward()
+    torch.testing.assert_close(logp.detach(), ref_logp.detach() * mask, atol=1e-5, rtol=1e-5)
+    for got, want in zip(lean, (p.grad for p in model.parameters())):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_entropy_gradients_do_not_depend_on_the_thread_count(tiny_policy):
+    """A run resumed in a process with other torch threads must train exactly as the uninterrupted one."""
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 250, (8, 48), generator=generator)
+    weights = torch.rand(ids.shape, generator=generator)
+    grads = []
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            tiny_policy.model.zero_grad()
+            _, entropy = token_logprobs(tiny_policy.model, ids, torch.ones_like(ids), with_entropy=True)
+            (entropy * weights).sum().backward()
+            grads.append([p.grad.clone() for p in tiny_policy.model.parameters()])
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
+def test_entropy_for_logging_carries_no_gradient(tiny_policy):
+    ids = torch.tensor([[1, 50, 60, 70]])
+    logp, entropy = token_logprobs(tiny_policy.model, ids, torch.ones_like(ids), with_entropy=True, entropy_grad=False)
+    assert logp.requires_grad and not entropy.requires_grad
+
+
+def test_a_model_whose_logits_are_more_than_its_output_layer_is_scored_from_its_logits(tiny_policy):
+    class SoftCapped(type(tiny_policy.model)):
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            out.logits = 3.0 * torch.tanh(out.logits / 3.0)  # Gemma-2-style final soft-capping
+            return out
+
+    model = SoftCapped(tiny_policy.model.config)
+    model.load_state_dict(tiny_policy.model.state_dict())
+    ids = torch.tensor([[1, 50, 60, 70, 2]])
+    with torch.no_grad():
+        logp, _ = token_logprobs(model, ids, torch.ones_like(ids))
+        ref_logp, _ = _reference_logprobs_and_entropy(model, ids, torch.ones_like(ids))
+    torch.testing.assert_close(logp, ref_logp, atol=1e-5, rtol=1e-5)
 
 
 # make_optimizer

@@ -60,13 +60,13 @@ def test_the_gradient_on_observation_tokens_is_exactly_zero():
     def keep_grad(module, args, output):
         output.register_hook(lambda g: grads.append(g.clone()))
 
-    hook = policy.model.lm_head.register_forward_hook(keep_grad)
+    hook = policy.model.model.norm.register_forward_hook(keep_grad)  # the hidden states the output layer reads
     seen = []
     inputs = policy.model.register_forward_pre_hook(lambda m, a, kw: seen.append(kw["input_ids"].clone()), with_kwargs=True)
     rl_update(policy, samples_from_scored(scored), UpdateConfig(minibatch_size=64))
     hook.remove()
     inputs.remove()
-    ids, (grad,) = seen, grads  # grad: (batch, time, vocab), d loss / d logits; the logit at t predicts token t + 1
+    ids, (grad,) = seen, grads  # grad: (batch, time, hidden), d loss / d final hidden state; the one at t predicts token t + 1
     by_sequence = {tuple(e.prompt_ids + e.completion_ids): e for e in episodes}
     pad = policy.tokenizer.pad_token_id
     observation_positions = 0

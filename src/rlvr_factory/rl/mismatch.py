@@ -13,15 +13,15 @@ from rlvr_factory.rl.kl import kl_penalty
 from rlvr_factory.rl.losses import masked_mean
 
 
-def logprob_mismatch(trainer_logp: torch.Tensor, sampling_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+def logprob_mismatch(trainer_logp: torch.Tensor, sampling_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
     """Mean and max |trainer - sampling| log-prob over the masked tokens, and KL(engine || trainer)
-    estimated with k3 (Schulman 2020) on the engine's samples."""
+    estimated with k3 (Schulman 2020) on the engine's samples, as 0-dim tensors (nothing waits for the device)."""
     diff = (trainer_logp - sampling_logp).abs()
     on = mask.bool()
     return {
-        "abs_mean": float(masked_mean(diff, mask)),
-        "abs_max": float(diff[on].max()) if on.any() else 0.0,
-        "kl": float(masked_mean(kl_penalty(sampling_logp, trainer_logp, "k3"), mask)),
+        "abs_mean": masked_mean(diff, mask),
+        "abs_max": torch.where(on, diff, torch.zeros_like(diff)).amax() if diff.numel() else diff.new_zeros(()),
+        "kl": masked_mean(kl_penalty(sampling_logp, trainer_logp, "k3"), mask),
     }
 
 

@@ -104,34 +104,45 @@ def _join(part: Sequence[Sample], pad_id: int) -> tuple[torch.Tensor, torch.Tens
                                   [s.loss_mask for s in part])
 
 
-def _batch(part: Sequence[Sample], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    ids, attn, cmask = _join(part, pad_id)
-    return ids.to(device), attn.to(device), cmask.to(device)
+@dataclass
+class _Padded:
+    """The round's samples padded once: (samples, widest) token ids, attention and completion mask,
+    and the engine's sampling log-probs laid out like `token_logprobs` (None when a sample has none)."""
+
+    ids: torch.Tensor
+    attention: torch.Tensor
+    completion_mask: torch.Tensor
+    host_mask: torch.Tensor  # the completion mask on the host: the loss's divisors need no device sync
+    sampling_logp: torch.Tensor | None
+    lengths: list[int]  # prompt + completion tokens of each sample
+
+    @classmethod
+    def of(cls, samples: Sequence[Sample], pad_id: int, device) -> "_Padded":
+        ids, attention, cmask = _join(samples, pad_id)
+        sampling = None
+        if all(s.sampling_logprobs is not None for s in samples):
+            sampling = torch.zeros(ids.shape)
+            for row, s in enumerate(samples):
+                sampling[row, len(s.prompt_ids) : len(s.prompt_ids) + len(s.completion_ids)] = torch.tensor(s.sampling_logprobs)
+            sampling = sampling.to(device)
+        lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in samples]
+        return cls(ids.to(device), attention.to(device), cmask.to(device), cmask, sampling, lengths)
+
+    def rows(self, tensor: torch.Tensor, rows: Sequence[int]) -> torch.Tensor:
+        """`tensor`'s rows `rows`, cut to the widest of them (as if padded on their own)."""
+        width = max(self.lengths[i] for i in rows)
+        return tensor[torch.as_tensor(rows, device=tensor.device), :width]
 
 
 @torch.inference_mode()
-def _logprobs(model, batch: Sequence[Sample], pad_id: int, device, chunk: int) -> list[torch.Tensor]:
-    out = []
-    for lo in range(0, len(batch), chunk):
-        ids, attn, _ = _batch(batch[lo : lo + chunk], pad_id, device)
-        logp, _ = token_logprobs(model, ids, attn)
-        out.extend(logp.cpu())
+def _logprobs(model, padded: _Padded, chunk: int) -> torch.Tensor:
+    """(samples, widest) log-probs of the completion tokens under `model`, `chunk` samples at a time."""
+    out = torch.zeros(padded.ids.shape, device=padded.ids.device)
+    for lo in range(0, len(padded.lengths), chunk):
+        rows = list(range(lo, min(lo + chunk, len(padded.lengths))))
+        ids, attn, cmask = (padded.rows(t, rows) for t in (padded.ids, padded.attention, padded.completion_mask))
+        out[lo : lo + len(rows), : ids.shape[1]] = token_logprobs(model, ids, attn, positions=cmask)[0]
     return out
-
-
-def _sampling_logp(part: Sequence[Sample], width: int) -> torch.Tensor | None:
-    """The engine's sampling log-probs laid out like `token_logprobs` (at the completion positions), or
-    None when a sample has none."""
-    if any(s.sampling_logprobs is None for s in part):
-        return None
-    out = torch.zeros((len(part), width))
-    for row, s in enumerate(part):
-        out[row, len(s.prompt_ids) : len(s.prompt_ids) + len(s.completion_ids)] = torch.tensor(s.sampling_logprobs)
-    return out
-
-
-def _pad_rows(rows: list[torch.Tensor], width: int) -> torch.Tensor:
-    return torch.stack([torch.nn.functional.pad(r[:width], (0, max(0, width - len(r)))) for r in rows])
 
 
 def _action_lengths(sample: Sample) -> list[int]:
@@ -143,8 +154,8 @@ def _action_lengths(sample: Sample) -> list[int]:
 
 
 def _shaped_rewards(
-    samples: Sequence[Sample], config: UpdateConfig, old_logp: list[torch.Tensor] | None,
-    ref_logp: list[torch.Tensor] | None, pad_id: int,
+    samples: Sequence[Sample], config: UpdateConfig, old_logp: torch.Tensor | None,
+    ref_logp: torch.Tensor | None, completion_mask: torch.Tensor,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Each sample's reward plus the overlong penalty (on each turn's length) and, with `kl_placement: reward`,
     minus the KL."""
@@ -158,10 +169,8 @@ def _shaped_rewards(
         rewards = rewards + penalty
         stats["overlong_penalty_mean"] = float(penalty.mean())
     if config.kl_coef > 0 and config.kl_placement == "reward":
-        _, _, cmask = _join(samples, pad_id)
-        width = cmask.shape[1]
         shaped = kl_shaped_rewards(
-            rewards, _pad_rows(old_logp, width), _pad_rows(ref_logp, width), cmask, config.kl_coef, config.kl_kind
+            rewards, old_logp.cpu(), ref_logp.cpu(), completion_mask, config.kl_coef, config.kl_kind
         )
         stats["kl_reward_penalty_mean"] = float((rewards - shaped).mean())
         rewards = shaped
@@ -226,9 +235,10 @@ def rl_update(
     on_policy = config.epochs == 1 and config.minibatch_size >= len(samples) and not (
         config.kl_coef > 0 and config.kl_placement == "reward"
     )
-    old_logp = None if on_policy else _logprobs(model, samples, pad_id, device, chunk)
-    ref_logp = _logprobs(reference, samples, pad_id, device, chunk) if config.kl_coef > 0 else None
-    rewards, stats = _shaped_rewards(samples, config, old_logp, ref_logp, pad_id)
+    padded = _Padded.of(samples, pad_id, device)  # the round's one padding
+    old_logp = None if on_policy else _logprobs(model, padded, chunk)
+    ref_logp = _logprobs(reference, padded, chunk) if config.kl_coef > 0 else None
+    rewards, stats = _shaped_rewards(samples, config, old_logp, ref_logp, padded.host_mask)
     advantages = _episode_advantages(samples, rewards, config.advantage_estimator, config.component_normalisation)
     truncated = torch.tensor([s.truncated for s in samples])
     # Dr. GRPO divides each sequence's loss sum by one constant: here the widest prompt+completion of the round.
@@ -238,12 +248,13 @@ def rl_update(
     # Without a KL or entropy term in the loss, a sample whose advantage is 0 (or whose tokens are
     # all masked) has zero gradient: it only needs a forward pass for the stats, not a backward one.
     per_token_terms = kl_in_loss or config.entropy_coef > 0 or not config.skip_zero_advantage
-    active = [bool(a != 0) or per_token_terms for a in advantages]
+    active = [a or per_token_terms for a in (advantages != 0).tolist()]
     if turn_returns is not None:
         active = [a or bool(turn_returns[i].any()) for i, a in enumerate(active)]
     if config.mask_truncated and config.skip_zero_advantage:
         active = [a and not t for a, t in zip(active, truncated.tolist())]
-    ctx = _Context(config, device, pad_id, advantages, truncated, old_logp, ref_logp, norm_length, turn_returns)
+    ctx = _Context(config, padded, advantages.to(device), truncated.to(device), old_logp, ref_logp, norm_length,
+                   None if turn_returns is None else turn_returns.to(device))
 
     optimizer = make_optimizer(model, config.lr, config.weight_decay, (0.9, config.adam_beta2))
     if policy.optimizer_state is not None:
@@ -251,14 +262,14 @@ def rl_update(
     rng = random.Random(config.seed)
     first_state = next(iter(optimizer.state.values()), {})
     global_step = int(first_state.get("step", 0))
-    keys = ("loss", "clip_fraction", "entropy", "kl", "policy_drift_kl", "grad_norm", *MISMATCH_KEYS)
-    totals = dict.fromkeys(keys, 0.0)
-    steps, mismatch_max = 0, 0.0
+    keys = ("loss", "clip_fraction", "entropy", "kl", "policy_drift_kl", "grad_norm", *MISMATCH_KEYS, "mismatch_max")
+    zero = torch.zeros((), dtype=torch.float64, device=device)  # stats stay on the device, summed in float64
+    totals = dict.fromkeys(keys, zero)
+    steps = 0
     model.train()
     for _ in range(config.epochs):
         for idx in minibatches(len(samples), config.minibatch_size, rng):
-            part = [samples[i] for i in idx]
-            _, _, full_mask = _join(part, pad_id)
+            full_mask = padded.host_mask[idx]
             if config.mask_truncated:
                 full_mask = mask_truncated(full_mask, truncated[idx])
             ctx.units = loss_units(full_mask, config.loss_aggregation)  # shared by the micro-batches
@@ -267,27 +278,28 @@ def rl_update(
                 group["lr"] = config.lr * lr_factor("constant", global_step, config.warmup_steps, 0)
             global_step += 1
             optimizer.zero_grad(set_to_none=True)
-            step = dict.fromkeys(keys, 0.0)
+            step = dict.fromkeys(keys, zero)
             for lo in range(0, len(idx), chunk):
                 micro = idx[lo : lo + chunk]
                 for rows, train in (([i for i in micro if active[i]], True), ([i for i in micro if not active[i]], False)):
                     if rows:
                         with torch.enable_grad() if train else torch.inference_mode():
-                            _micro_step(model, [samples[i] for i in rows], rows, train, step, ctx)
+                            _micro_step(model, rows, train, step, ctx)
             for p in model.parameters():  # a minibatch without gradient still steps Adam's moments
                 if p.requires_grad and p.grad is None:
                     p.grad = torch.zeros_like(p)
-            step["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm))
+            step["grad_norm"] = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm).double()
             optimizer.step()
             for key in keys:
-                totals[key] += step[key]
-            mismatch_max = max(mismatch_max, step.pop("mismatch_max", 0.0))
+                totals[key] = torch.maximum(totals[key], step[key]) if key == "mismatch_max" else totals[key] + step[key]
             steps += 1
     model.eval()
     policy.optimizer_state = optimizer.state_dict()
     policy.version += 1
-    stats.update({k: v / steps for k, v in totals.items()})
-    if all(s.sampling_logprobs is not None for s in samples):
+    synced = dict(zip(keys, torch.stack([totals[k] for k in keys]).tolist()))  # the round's one device sync
+    mismatch_max = synced.pop("mismatch_max")
+    stats.update({k: v / steps for k, v in synced.items()})
+    if padded.sampling_logp is not None:
         stats["engine_logprob_mismatch_abs_max"] = mismatch_max
     else:
         for key in MISMATCH_KEYS:
@@ -304,38 +316,40 @@ class _Context:
     """What every micro-step of a round reads; `units` and `tokens` are set per minibatch."""
 
     config: UpdateConfig
-    device: torch.device
-    pad_id: int
+    padded: _Padded
     advantages: torch.Tensor
     truncated: torch.Tensor
-    old_logp: list[torch.Tensor] | None
-    ref_logp: list[torch.Tensor] | None
+    old_logp: torch.Tensor | None  # (samples, widest), or None: on-policy (the current log-probs)
+    ref_logp: torch.Tensor | None
     norm_length: int
     turn_returns: torch.Tensor | None  # (samples, norm_length) per-token advantage terms, or None
     units: float = 1.0
     tokens: float = 1.0
 
 
-def _micro_step(model, part: list[Sample], rows: list[int], train: bool, step: dict[str, float], ctx: _Context) -> None:
-    """Loss of one micro-batch (backpropagated when `train`) and its share of the minibatch's stats."""
-    config = ctx.config
-    ids, attn, cmask = _batch(part, ctx.pad_id, ctx.device)
+def _micro_step(model, rows: list[int], train: bool, step: dict[str, torch.Tensor], ctx: _Context) -> None:
+    """Loss of one micro-batch (backpropagated when `train`) and its share of the minibatch's stats
+    (float64 tensors on the device, so that nothing here waits for it)."""
+    config, padded = ctx.config, ctx.padded
+    ids, attn, cmask = (padded.rows(t, rows) for t in (padded.ids, padded.attention, padded.completion_mask))
+    index = torch.as_tensor(rows, device=ids.device)
     if config.mask_truncated:
-        cmask = mask_truncated(cmask, ctx.truncated[rows].to(ctx.device))
-    weight = float(cmask.sum()) / ctx.tokens
-    logp, entropy = token_logprobs(model, ids, attn, with_entropy=True, entropy_grad=train and config.entropy_coef > 0)
+        cmask = mask_truncated(cmask, ctx.truncated[index])
+    weight = cmask.sum().double() / ctx.tokens
+    logp, entropy = token_logprobs(
+        model, ids, attn, with_entropy=True, entropy_grad=train and config.entropy_coef > 0, positions=cmask,
+    )
     width = ids.shape[1]
-    old = logp.detach() if ctx.old_logp is None else _pad_rows([ctx.old_logp[i] for i in rows], width).to(ctx.device)
-    advantages = ctx.advantages[rows].to(ctx.device)
+    old = logp.detach() if ctx.old_logp is None else padded.rows(ctx.old_logp, rows)
+    advantages = ctx.advantages[index]
     if ctx.turn_returns is not None:
-        advantages = advantages.unsqueeze(-1) + ctx.turn_returns[rows, :width].to(ctx.device)
-    sampling = _sampling_logp(part, width)
+        advantages = advantages.unsqueeze(-1) + ctx.turn_returns[index, :width]
+    sampling = None if padded.sampling_logp is None else padded.rows(padded.sampling_logp, rows)
     if sampling is not None:
-        sampling = sampling.to(ctx.device)
         gap = logprob_mismatch(old, sampling, cmask)
-        step["engine_logprob_mismatch_abs_mean"] += gap["abs_mean"] * weight
-        step["engine_logprob_mismatch_kl"] += gap["kl"] * weight
-        step["mismatch_max"] = max(step.get("mismatch_max", 0.0), gap["abs_max"])
+        step["engine_logprob_mismatch_abs_mean"] = step["engine_logprob_mismatch_abs_mean"] + gap["abs_mean"].double() * weight
+        step["engine_logprob_mismatch_kl"] = step["engine_logprob_mismatch_kl"] + gap["kl"].double() * weight
+        step["mismatch_max"] = torch.maximum(step["mismatch_max"], gap["abs_max"].double())
     if config.engine_is_correction:
         if sampling is None:
             raise ValueError("engine_is_correction needs the engine's sampling log-probs on every sample "
@@ -350,14 +364,14 @@ def _micro_step(model, part: list[Sample], rows: list[int], train: bool, step: d
     if config.entropy_coef > 0:
         total = total - config.entropy_coef * aggregate_loss(entropy, cmask, config.loss_aggregation, ctx.norm_length, ctx.units)
     if ctx.ref_logp is not None:
-        ref = _pad_rows([ctx.ref_logp[i] for i in rows], width).to(ctx.device)
+        ref = padded.rows(ctx.ref_logp, rows)
         kl_tokens = kl_penalty(logp, ref, config.kl_kind)
         if config.kl_placement == "loss":
             total = total + config.kl_coef * aggregate_loss(kl_tokens, cmask, config.loss_aggregation, ctx.norm_length, ctx.units)
-        step["kl"] += float(masked_mean(kl_tokens.detach(), cmask)) * weight
+        step["kl"] = step["kl"] + masked_mean(kl_tokens.detach(), cmask).double() * weight
     if train:
         total.backward()
-    step["loss"] += float(loss.detach())
-    step["clip_fraction"] += float(clip_fraction) * weight
-    step["entropy"] += float(masked_mean(entropy.detach(), cmask)) * weight
-    step["policy_drift_kl"] += float(masked_mean(kl_penalty(logp.detach(), old, "k3"), cmask)) * weight
+    step["loss"] = step["loss"] + loss.detach().double()
+    step["clip_fraction"] = step["clip_fraction"] + clip_fraction.double() * weight
+    step["entropy"] = step["entropy"] + masked_mean(entropy.detach(), cmask).double() * weight
+    step["policy_drift_kl"] = step["policy_drift_kl"] + masked_mean(kl_penalty(logp.detach(), old, "k3"), cmask).double() * weight

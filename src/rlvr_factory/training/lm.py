@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-
-from rlvr_factory.rl.entropy import entropy_from_logits
+from torch.utils.checkpoint import checkpoint
 
 
 def seed_everything(seed: int) -> None:
@@ -57,25 +56,65 @@ def join_prompt_completion(
     return ids, attention, completion_mask
 
 
+LOGIT_CHUNK_ELEMENTS = 2**25  # fp32 logits alive at once (128 MiB): ~220 tokens of a 151,936-token vocabulary
+
+
+def _chunk_logprobs(
+    features: torch.Tensor, targets: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor],
+    with_entropy: bool, entropy_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log p(target) = logit[target] - logsumexp(logits) of some tokens, and their entropy
+    (empty without `with_entropy`), from the same fp32 logits."""
+    logits = head(features).float()
+    lse = logits.logsumexp(-1)
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
+    entropy = logits.new_zeros(0)
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            # from log p = z - logsumexp(z), not softmax(z): softmax's CPU backward sums in an order
+            # that depends on the thread count, and a run must not change with it (resume, CI)
+            shifted = logits - lse.unsqueeze(-1)
+            entropy = -(shifted.exp() * shifted).sum(-1)
+    return logp, entropy
+
+
 def token_logprobs(
     model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor, with_entropy: bool = False,
-    entropy_grad: bool = True,
+    entropy_grad: bool = True, positions: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probability of each token given the ones before it, aligned with `ids`.
 
-    Position 0 (which has no context) gets 0. With `with_entropy`, also the entropy of
-    the predictive distribution at each position (same alignment); `entropy_grad=False`
-    computes it outside the autograd graph (for logging only).
+    Only the tokens where `positions` (same shape as `ids`, e.g. the completion mask) is
+    nonzero are scored, every one after the first by default; the others, and position 0
+    (which has no context), get 0. The vocabulary-wide logits exist only for a chunk of
+    scored tokens at a time (`LOGIT_CHUNK_ELEMENTS`), and under autograd each chunk is
+    recomputed in the backward pass instead of kept. With `with_entropy`, also the entropy
+    of the predictive distribution at each scored token (same alignment) from the same
+    logits; `entropy_grad=False` computes it outside the autograd graph (for logging only).
     """
-    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
-    logp_all = F.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    logp = F.pad(logp, (1, 0))
+    wanted = torch.ones_like(ids[:, 1:], dtype=torch.bool) if positions is None else positions[:, 1:].bool()
+    out = model(input_ids=ids, attention_mask=attention, output_hidden_states=True, logits_to_keep=1)
+    hidden, head = out.hidden_states[-1], model.get_output_embeddings()
+    if head is None or not torch.allclose(head(hidden[:, -1]).float(), out.logits[:, -1].float(), rtol=1e-3, atol=1e-4):
+        # a model whose logits are more than its output layer (soft-capping, scaling): its own logits
+        hidden, head = model(input_ids=ids, attention_mask=attention).logits, torch.nn.Identity()
+    features, targets = hidden[:, :-1][wanted], ids[:, 1:][wanted]
+    size = max(1, LOGIT_CHUNK_ELEMENTS // max(1, model.config.get_text_config().vocab_size))
+    parts = []
+    for lo in range(0, len(targets), size):
+        args = (features[lo : lo + size], targets[lo : lo + size], head, with_entropy, entropy_grad)
+        if torch.is_grad_enabled():
+            parts.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False))
+        else:
+            parts.append(_chunk_logprobs(*args))
+    logp = features.new_zeros(wanted.shape, dtype=torch.float32)
+    logp[wanted] = torch.cat([p[0] for p in parts]) if parts else logp.new_zeros(0)
     entropy = None
     if with_entropy:
-        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = F.pad(entropy_from_logits(logits if entropy_grad else logits.detach()), (1, 0))
-    return logp, entropy
+        entropy = logp.new_zeros(wanted.shape)
+        entropy[wanted] = torch.cat([p[1] for p in parts]) if parts else logp.new_zeros(0)
+        entropy = F.pad(entropy, (1, 0))
+    return F.pad(logp, (1, 0)), entropy
 
 
 def make_optimizer(
