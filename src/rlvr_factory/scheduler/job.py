@@ -44,11 +44,11 @@ class RetryPolicy:
     With `retry_timeouts`, a job killed at its deadline is retried the same way (a hang may be
     a stuck sandbox); after its last attempt it is reported as `timeout`."""
 
-    max_attempts: int = 3
+    max_attempts: int = 2
     backoff_seconds: float = 0.05
     backoff_factor: float = 2.0
     max_backoff_seconds: float = 5.0
-    retry_timeouts: bool = True
+    retry_timeouts: bool = False
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
