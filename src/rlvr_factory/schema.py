@@ -161,13 +161,14 @@ def _own_field_docs(cls: type) -> dict[str, str]:
         return {}
     docs: dict[str, str] = {}
     names = {f.name for f in dataclasses.fields(cls)}
+    first: str | None = None  # the first name of the statement being read (a field's name in `name: type = ...`)
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type != tokenize.COMMENT:
-            continue
-        line = token.line.strip()
-        name = line.split(":", 1)[0].strip()
-        if name in names and name not in docs and not line.startswith("#"):
-            docs[name] = token.string.lstrip("#").strip()
+        if token.type in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+            first = None
+        elif token.type == tokenize.NAME and first is None:
+            first = token.string
+        elif token.type == tokenize.COMMENT and first in names and first not in docs:
+            docs[first] = token.string.lstrip("#").strip()
     return docs
 
 

@@ -52,9 +52,9 @@ class RolloutConfig:
     max_context_tokens: int | None = None  # an episode ends before a turn that could exceed this many tokens
     reuse_kv: bool = True  # continue each episode from its KV cache instead of recomputing its history
     engine: str = "transformers"  # transformers (`generate`) | vllm (one engine per run, weights pushed every round)
-    vllm: VllmSettings = field(default_factory=VllmSettings)
-    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
-    environment: ExecutorConfig = field(default_factory=ExecutorConfig)
+    vllm: VllmSettings = field(default_factory=VllmSettings)  # engine: vllm only (docs/engines.md)
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)  # how observations enter the chat
+    environment: ExecutorConfig = field(default_factory=ExecutorConfig)  # where environment calls run
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
