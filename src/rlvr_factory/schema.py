@@ -124,6 +124,8 @@ def describe(tp: Any) -> str:
         return "one of " + ", ".join(str(a) for a in args)
     if _is_union(tp):
         return " or ".join("null" if a is type(None) else describe(a) for a in args)
+    if origin is tuple and args and args[-1] is not Ellipsis:
+        return f"[{', '.join(describe(a) for a in args)}]"
     if origin in (list, tuple):
         return f"list of {describe(args[0])}" if args else "list"
     if origin is dict:
@@ -216,7 +218,10 @@ def _value(tp: Any, value: Any, key: str) -> Any:
     if origin in (list, tuple) or tp in (list, tuple):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(key, f"expected {describe(tp)}, got {value!r}")
-        items = [_value(args[0], v, f"{key}[{i}]") for i, v in enumerate(value)] if args else list(value)
+        fixed = origin is tuple and args and args[-1] is not Ellipsis  # tuple[X, Y]: exactly these
+        if fixed and len(value) != len(args):
+            raise ConfigError(key, f"expected {len(args)} values ({describe(tp)}), got {value!r}")
+        items = [_value(args[i] if fixed else args[0], v, f"{key}[{i}]") for i, v in enumerate(value)] if args else list(value)
         return tuple(items) if origin is tuple or tp is tuple else items
     if origin is dict or tp is dict:
         if not isinstance(value, Mapping):
