@@ -29,11 +29,12 @@ def test_without_an_environment_params_merge_as_kedro_does():
 def test_an_environment_changes_single_keys_of_base_blocks_and_replaces_the_domain_block(tmp_path):
     (tmp_path / "base").mkdir()
     (tmp_path / "base/parameters.yml").write_text(
-        "rl: {rounds: 20, update: {lr: 0.1, clip_low: 0.2}}\ndomain: {name: arithmetic, levels: {1: 2}}\nsft: {steps: 3}\n")
+        "rl: {rounds: 20, update: {lr: 0.1, clip_low: 0.3}}\ndomain: {name: arithmetic, levels: {1: {digits: 2}}}\n"
+        "sft: {num_examples: 3}\n")
     (tmp_path / "scale").mkdir()
     (tmp_path / "scale/parameters.yml").write_text("rl: {update: {lr: 0.5}}\ndomain: {name: reasoning_gym}\n")
     params = ConfigLoader(str(tmp_path), env="scale", runtime_params={"rl": {"rounds": 2}}, base_env="base",
                           default_run_env="local")["parameters"]
-    assert params["rl"] == {"rounds": 2, "update": {"lr": 0.5, "clip_low": 0.2}}
+    assert (params["rl"]["rounds"], params["rl"]["update"]["lr"], params["rl"]["update"]["clip_low"]) == (2, 0.5, 0.3)
     assert params["domain"] == {"name": "reasoning_gym"}
-    assert params["sft"] == {"steps": 3}
+    assert params["sft"]["num_examples"] == 3

@@ -25,6 +25,7 @@ from nbclient import NotebookClient
 from rlvr_factory.domains import get_domain, tasks_from_frame
 from rlvr_factory.evaluation import sample_verdicts
 from rlvr_factory.models.policy import load_policy
+from rlvr_factory.parameters import resolve
 from rlvr_factory.rollout.hf import SamplingConfig
 from rlvr_factory.verification import verify_batch
 from tests.pipelines.conftest import PROJECT_ROOT, TINY_PARAMS, make_project, run_pipeline, tracking_uri
@@ -104,10 +105,11 @@ def test_the_registered_policy_answers_as_the_pipelines_greedy_evaluation(store)
         mlflow.set_tracking_uri(None)
         mlflow.set_registry_uri(None)
     tasks = tasks_from_frame(pd.read_parquet(store / "data/05_model_input/test_tasks.parquet"))
-    params = {name: yaml.safe_load((store / f"conf/base/parameters_{name}.yml").read_text())
-              for name in ("curate", "verify", "evaluate")}
-    evaluate, verify = _merge(params["evaluate"]["evaluate"], TINY_PARAMS["evaluate"]), params["verify"]["verify"]
-    domain = get_domain(_merge(params["curate"]["domain"], TINY_PARAMS["domain"]))
+    raw: dict = {}
+    for name in ("curate", "verify", "evaluate"):
+        raw = _merge(raw, yaml.safe_load((store / f"conf/base/parameters_{name}.yml").read_text()))
+    params = resolve(_merge(raw, TINY_PARAMS))
+    evaluate, verify, domain = params["evaluate"], params["verify"], get_domain(params["domain"])
     greedy = replace(SamplingConfig(**evaluate["sampling"]), temperature=0.0)
     # The evaluation's own greedy pass over the test split, on the last run's RL policy...
     evaluated = sample_verdicts(load_policy(store / "data/06_models/rl_policy"), tasks, domain, verify, 1, greedy, "eval")

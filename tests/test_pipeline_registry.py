@@ -83,7 +83,7 @@ def test_checkpoints_and_the_kl_reference_follow_the_configuration():
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("rounds", 0, "rl.rounds must be at least 1"), ("checkpoint_every", -1, "rl.checkpoint_every must be >= 0")])
+    ("rounds", 0, "rl.rounds: must be >= 1, got 0"), ("checkpoint_every", -1, "rl.checkpoint_every: must be >= 0, got -1")])
 def test_a_shape_that_cannot_run_is_refused_with_the_key_to_fix(key, value, message):
     params = yaml.safe_load((PROJECT_ROOT / "conf/base/parameters_rlvr.yml").read_text())
     params["rl"][key] = value

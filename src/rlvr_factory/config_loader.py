@@ -6,14 +6,22 @@ layer and into the environment's layer alike, so `--params=rl.rounds=2` under `-
 becomes an environment block that replaces base's. Here an environment's blocks merge into base's
 key by key, except the blocks in `REPLACED` (a `domain` block names another domain, whose keys
 differ), which replace base's whole; the runtime parameters are merged into the result last.
+
+The merged parameters are then checked against the typed tree (`rlvr_factory.parameters`) and
+returned with every default filled in: an unknown key, or a value of the wrong type or range,
+fails here, when the session first reads its parameters, naming the key and the file that set it.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any, ClassVar, Mapping
 
 from kedro.config import MissingConfigException, OmegaConfigLoader
 from omegaconf import OmegaConf
+
+from rlvr_factory.parameters import resolve
+from rlvr_factory.schema import ConfigError
 
 REPLACED = ("domain",)  # parameter blocks an environment replaces whole instead of key by key
 
@@ -34,15 +42,35 @@ class ConfigLoader(OmegaConfigLoader):
         ConfigLoader.latest = self
 
     def __getitem__(self, key: str) -> dict[str, Any]:
-        run_env = self.env or self.default_run_env
-        if key != "parameters" or run_env == self.base_env or key in self:
+        if key != "parameters" or key in self:
             return super().__getitem__(key)
+        try:
+            return resolve(self._merged_parameters())
+        except ConfigError as e:
+            raise e.found_in(self._source_of(e.key)) from None
+
+    def _merged_parameters(self) -> dict[str, Any]:
+        """The base environment's parameters, the run environment's over them, the runtime ones last."""
+        run_env = self.env or self.default_run_env
+        if run_env == self.base_env:
+            return super().__getitem__("parameters")
         layers = [self._layer(env) for env in (self.base_env, run_env)]
         merged = OmegaConf.merge(
             {k: v for k, v in layers[0].items() if not (k in REPLACED and k in layers[1])}, layers[1],
             self.runtime_params or {},
         )
         return OmegaConf.to_container(merged, resolve=True)  # type: ignore[return-value]
+
+    def _source_of(self, key: str) -> str:
+        """Where the setting `key` (dotted) comes from: `--params`, else the last file that sets it."""
+        if _holds(self.runtime_params or {}, key):
+            return "--params"
+        root = Path(self.conf_source)
+        for env in dict.fromkeys([self.env or self.default_run_env, self.base_env]):
+            for path in sorted((root / env).glob("**/parameters*.yml")):
+                if _holds(OmegaConf.to_container(OmegaConf.load(path)) or {}, key):
+                    return str(path.relative_to(root.parent) if root.is_absolute() else path)
+        return "the defaults in rlvr_factory.parameters"
 
     def _layer(self, env: str) -> dict[str, Any]:
         """One environment's parameters alone (no runtime parameters); empty when it has none."""
@@ -54,3 +82,15 @@ class ConfigLoader(OmegaConfigLoader):
             return layer["parameters"]
         except MissingConfigException:  # an environment without parameter files adds nothing
             return {}
+
+
+def _holds(tree: Mapping[str, Any], key: str) -> bool:
+    """Whether the nested mapping `tree` sets the dotted `key` (as a path, or a flat dotted key)."""
+    if key in tree:
+        return True
+    head, _, rest = key.partition(".")
+    head = head.split("[", 1)[0]
+    value = tree.get(head)
+    if not rest:
+        return head in tree
+    return isinstance(value, Mapping) and _holds(value, rest)

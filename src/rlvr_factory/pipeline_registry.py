@@ -17,7 +17,9 @@ from kedro.pipeline import Pipeline
 from kedro.utils import find_kedro_project
 
 from rlvr_factory.config_loader import ConfigLoader
+from rlvr_factory.parameters import RLConfig
 from rlvr_factory.pipelines import base_model, curate, evaluate, flywheel, preference, report, reward_model, rl, sft
+from rlvr_factory.schema import parse
 
 
 @dataclass(frozen=True)
@@ -31,14 +33,9 @@ class RLShape:
 
     @classmethod
     def from_parameters(cls, parameters: dict) -> RLShape:
-        """The shape `rl.rounds`, `rl.checkpoint_every` and `rl.update.kl_coef` ask for."""
-        rl_params = parameters["rl"]
-        shape = cls(int(rl_params["rounds"]), int(rl_params["checkpoint_every"]), float(rl_params["update"]["kl_coef"]) > 0)
-        if shape.rounds < 1:
-            raise ValueError(f"rl.rounds must be at least 1, got {shape.rounds}")
-        if shape.checkpoint_every < 0:
-            raise ValueError(f"rl.checkpoint_every must be >= 0 (0 disables), got {shape.checkpoint_every}")
-        return shape
+        """The shape `rl.rounds`, `rl.checkpoint_every` and `rl.update.kl_coef` ask for (checked: `ConfigError`)."""
+        rl = parse(RLConfig, parameters.get("rl"), "rl")
+        return cls(rl.rounds, rl.checkpoint_every, rl.update.kl_coef > 0)
 
 
 def run_parameters() -> dict:

@@ -32,7 +32,7 @@ def make_backend(name: str):
 
 @pytest.fixture
 def local():
-    """A 2-worker local scheduler with a 1 s timeout and quick retries."""
+    """A 2-worker local scheduler with a 1 s timeout and quick retries, of timeouts too."""
     with Scheduler(LocalBackend(memory_limit_mb=1024), workers=2, timeout=1.0,
-                   retry=RetryPolicy(max_attempts=3, backoff_seconds=0.01)) as scheduler:
+                   retry=RetryPolicy(max_attempts=3, backoff_seconds=0.01, retry_timeouts=True)) as scheduler:
         yield scheduler

@@ -13,7 +13,7 @@ from tests.verifiers.test_pool import Scripted
 
 @pytest.fixture(scope="module")
 def on_ray(ray_cluster):
-    retry = RetryPolicy(max_attempts=2, backoff_seconds=0.01)
+    retry = RetryPolicy(max_attempts=2, backoff_seconds=0.01, retry_timeouts=True)  # the table below retries a timeout once
     with Scheduler(make_backend("ray"), workers=2, timeout=1.0, retry=retry) as scheduler:
         yield scheduler
 

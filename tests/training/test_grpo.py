@@ -44,7 +44,7 @@ def test_updates_raise_the_rewarded_completion_and_lower_the_other(tiny_policy, 
     good_before = completion_logprob(tiny_policy, prompt, good)
     bad_before = completion_logprob(tiny_policy, prompt, bad)
     for _ in range(3):
-        rl_update(tiny_policy, samples, UpdateConfig(lr=1e-3))
+        rl_update(tiny_policy, samples, UpdateConfig(lr=1e-3, warmup_steps=0))  # full-size steps from the first
     assert completion_logprob(tiny_policy, prompt, good) > good_before + 0.1
     assert completion_logprob(tiny_policy, prompt, bad) < bad_before - 0.1
 
@@ -60,11 +60,11 @@ def test_each_round_increments_the_version(tiny_policy, contrast):
 def test_optimizer_moments_are_kept_and_resumed_across_rounds(tiny_policy, contrast):
     samples = contrast[3]
     assert tiny_policy.optimizer_state is None
-    rl_update(tiny_policy, samples, UpdateConfig(minibatch_size=2))
+    rl_update(tiny_policy, samples, UpdateConfig(minibatch_size=2, warmup_steps=0))
     state = tiny_policy.optimizer_state
     assert state is not None and state["state"]
     assert all(float(s["step"]) == 1 for s in state["state"].values())
-    rl_update(tiny_policy, samples, UpdateConfig(minibatch_size=2, lr=5e-4))
+    rl_update(tiny_policy, samples, UpdateConfig(minibatch_size=2, lr=5e-4, warmup_steps=0))
     state = tiny_policy.optimizer_state
     assert all(float(s["step"]) == 2 for s in state["state"].values())
     assert all(group["lr"] == 5e-4 for group in state["param_groups"])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from rlvr_factory.domains.base import Domain, Environment, Step, Task, environment_for, member
@@ -28,6 +28,7 @@ from rlvr_factory.rollout.episode import LOOP_BUDGETS, Episode, Turn
 from rlvr_factory.rollout.hf import TransformersEngine
 from rlvr_factory.rollout.steps import Executor, ExecutorConfig, Failed
 from rlvr_factory.rollout.vllm_engine import VllmSettings, shared_engine
+from rlvr_factory.schema import parse
 from rlvr_factory.verifiers.score import Score
 
 log = logging.getLogger(__name__)
@@ -51,9 +52,9 @@ class RolloutConfig:
     max_context_tokens: int | None = None  # an episode ends before a turn that could exceed this many tokens
     reuse_kv: bool = True  # continue each episode from its KV cache instead of recomputing its history
     engine: str = "transformers"  # transformers (`generate`) | vllm (one engine per run, weights pushed every round)
-    vllm: VllmSettings = field(default_factory=VllmSettings)
-    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
-    environment: ExecutorConfig = field(default_factory=ExecutorConfig)
+    vllm: VllmSettings = field(default_factory=VllmSettings)  # engine: vllm only (docs/engines.md)
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)  # how observations enter the chat
+    environment: ExecutorConfig = field(default_factory=ExecutorConfig)  # where environment calls run
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -65,23 +66,8 @@ class RolloutConfig:
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any] | None) -> RolloutConfig:
-        """The `rollout` parameter block; unknown keys are refused with the known ones named."""
-        params = dict(params or {})
-        nested = {"multi_turn": MultiTurnConfig, "environment": ExecutorConfig, "vllm": VllmSettings}
-        return cls(**{k: _build(nested[k], v, f"rollout.{k}") if k in nested else v
-                      for k, v in _known(cls, params, "rollout").items()})
-
-
-def _known(cls: type, params: Mapping[str, Any], where: str) -> dict[str, Any]:
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(set(params) - names)
-    if unknown:
-        raise ValueError(f"unknown {where} settings {unknown}; expected some of {sorted(names)}")
-    return dict(params)
-
-
-def _build(cls: type, params: Mapping[str, Any] | None, where: str) -> Any:
-    return cls(**_known(cls, params or {}, where))
+        """The `rollout` parameter block; unknown keys and wrong values are refused (`schema.parse`)."""
+        return parse(cls, params, "rollout")
 
 
 def defer_to_verifier(answer: str, reference: dict[str, Any]) -> None:

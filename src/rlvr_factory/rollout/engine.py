@@ -12,18 +12,20 @@ to ignore it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Hashable, Protocol, Sequence
+from typing import Annotated, Hashable, Protocol, Sequence
+
+from rlvr_factory.schema import SET_BY_RUN, NonNegativeFloat, PositiveInt, Range
 
 FINISH_REASONS = ("stop", "length")  # the end-of-turn token was sampled | the turn's token budget ran out
 
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    max_new_tokens: int = 48  # token budget of one turn; a turn that reaches it ends with finish_reason=length
-    temperature: float = 1.0  # 0 means greedy decoding
-    top_p: float = 1.0  # nucleus sampling mass
-    batch_size: int = 256  # sequences per forward batch
-    seed: int = 0  # sampling seed (combine with the round index for fresh samples)
+    max_new_tokens: PositiveInt = 40  # token budget of one turn; a turn that reaches it ends with finish_reason=length
+    temperature: NonNegativeFloat = 1.0  # 0 means greedy decoding
+    top_p: Annotated[float, Range(gt=0, le=1)] = 1.0  # nucleus sampling mass
+    batch_size: PositiveInt = 512  # sequences per forward batch
+    seed: int = field(default=0, metadata=SET_BY_RUN)  # sampling seed (the run sets it: rl.seed and the round, evaluate.seed, ...)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ retry policy allows; such an episode is left out of the loss).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from rlvr_factory.domains.base import Environment, Step
@@ -37,7 +37,7 @@ class ExecutorConfig:
     executor: str = "inline"  # inline: in the rollout's process | scheduler: jobs on worker processes
     timeout_seconds: float = 60.0  # wall-clock limit of one call (scheduler only)
     workers: int = 2  # scheduler workers
-    retry: dict[str, Any] = field(default_factory=lambda: {"max_attempts": 2, "backoff_seconds": 0.05})
+    retry: RetryPolicy = field(default_factory=RetryPolicy)  # a reset that raises InfraError is retried
     scheduler: dict[str, Any] = field(default_factory=dict)  # further scheduler settings (backend, ray, ...)
 
     def __post_init__(self) -> None:
@@ -75,14 +75,14 @@ class Executor:
 
     def __init__(self, config: ExecutorConfig) -> None:
         self.config = config
-        self.retry = RetryPolicy(**{"retry_timeouts": False, **config.retry})
+        self.retry = config.retry
         self.seconds = 0.0
         self._scheduler = None
         self._job: _EnvironmentCall | None = None
         if config.executor == "scheduler":
             self._scheduler = create_scheduler({
                 **config.scheduler, "workers": config.workers, "timeout_seconds": config.timeout_seconds,
-                "retry": {"retry_timeouts": False, **config.retry},
+                "retry": asdict(config.retry),
             })
 
     def __enter__(self) -> Executor:

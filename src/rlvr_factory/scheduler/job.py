@@ -44,11 +44,11 @@ class RetryPolicy:
     With `retry_timeouts`, a job killed at its deadline is retried the same way (a hang may be
     a stuck sandbox); after its last attempt it is reported as `timeout`."""
 
-    max_attempts: int = 3
-    backoff_seconds: float = 0.05
-    backoff_factor: float = 2.0
-    max_backoff_seconds: float = 5.0
-    retry_timeouts: bool = True
+    max_attempts: int = 2  # attempts per job in all; after the last, status infra_error
+    backoff_seconds: float = 0.05  # wait before the first retry ...
+    backoff_factor: float = 2.0  # ... multiplied by this for each further one
+    max_backoff_seconds: float = 5.0  # the longest wait
+    retry_timeouts: bool = False  # an overrun is a property of the input: report it, do not retry
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:

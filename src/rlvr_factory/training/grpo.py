@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Literal, Sequence
 
 import torch
 
 from rlvr_factory.models.policy import Policy
-from rlvr_factory.rl.advantages import compute_advantages
-from rlvr_factory.rl.kl import KL_PLACEMENTS, kl_penalty, kl_shaped_rewards
+from rlvr_factory.rl.advantages import ESTIMATORS, compute_advantages
+from rlvr_factory.rl.kl import KL_KINDS, KL_PLACEMENTS, kl_penalty, kl_shaped_rewards
 from rlvr_factory.rl.length import mask_truncated, overlong_penalty
-from rlvr_factory.rl.losses import aggregate_loss, clipped_policy_loss, loss_units, masked_mean
+from rlvr_factory.rl.losses import AGGREGATIONS, aggregate_loss, clipped_policy_loss, loss_units, masked_mean
 from rlvr_factory.rl.mismatch import logprob_mismatch, truncated_importance_weights
+from rlvr_factory.schema import SET_BY_RUN, NonNegativeFloat, NonNegativeInt, PositiveInt
 from rlvr_factory.training.components import component_tensors
 from rlvr_factory.training.lm import join_prompt_completion, lr_factor, make_optimizer, minibatches, token_logprobs
 
@@ -37,22 +38,22 @@ MISMATCH_KEYS = ("engine_logprob_mismatch_abs_mean", "engine_logprob_mismatch_kl
 
 @dataclass(frozen=True)
 class UpdateConfig:
-    lr: float = 2e-4  # policy learning rate
-    warmup_steps: int = 0  # optimizer steps (counted across rounds) of linear LR warm-up
+    lr: NonNegativeFloat = 2e-4  # policy learning rate
+    warmup_steps: NonNegativeInt = 10  # optimizer steps (counted across rounds) of linear LR warm-up
     weight_decay: float = 0.0  # AdamW weight decay
     adam_beta2: float = 0.999  # second-moment decay; a long memory keeps rare large steps in check
-    epochs: int = 1  # passes over the round's samples
-    minibatch_size: int = 128  # samples per optimizer step
-    micro_batch_size: int | None = None  # samples per forward/backward; gradients accumulate to the minibatch
+    epochs: PositiveInt = 1  # passes over the round's samples
+    minibatch_size: PositiveInt = 128  # samples per optimizer step
+    micro_batch_size: PositiveInt | None = None  # samples per forward/backward; gradients accumulate to the minibatch
     clip_low: float = 0.2  # PPO ratio clip below 1
     clip_high: float = 0.2  # PPO ratio clip above 1 (DAPO clip-higher when larger)
-    advantage_estimator: str = "grpo"  # grpo | dr_grpo | rloo | reinforce_pp
+    advantage_estimator: Literal[ESTIMATORS] = "grpo"  # grpo | dr_grpo | rloo | reinforce_pp
     component_normalisation: bool = False  # GDPO: each declared reward component normalised apart, then weighted and summed
-    loss_aggregation: str = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum-norm
+    loss_aggregation: Literal[AGGREGATIONS] = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum-norm
     dual_clip: float | None = None  # cap on the loss of negative-advantage tokens (e.g. 3.0); None: off
     kl_coef: float = 0.0  # weight of the KL to the reference; 0 disables it
-    kl_kind: str = "k3"  # KL estimator: k1 | k2 | k3
-    kl_placement: str = "loss"  # loss: a term of the loss (GRPO); reward: a penalty on the reward (PPO-RLHF)
+    kl_kind: Literal[KL_KINDS] = "k3"  # KL estimator: k1 | k2 | k3
+    kl_placement: Literal[KL_PLACEMENTS] = "loss"  # loss: a term of the loss (GRPO); reward: a penalty on the reward (PPO-RLHF)
     entropy_coef: float = 0.0  # entropy bonus weight
     mask_truncated: bool = False  # leave completions cut off by the budget out of the loss (DAPO)
     overlong_cache_length: int = 0  # L_cache of DAPO's soft overlong penalty; 0 disables it
@@ -62,7 +63,7 @@ class UpdateConfig:
     max_grad_norm: float = 1.0  # global gradient-norm clip
     engine_is_correction: bool = False  # weight each token by the TIS ratio pi_trainer / pi_engine (Yao et al. 2025)
     engine_is_cap: float = 2.0  # C, the cap of that ratio
-    seed: int = 0  # minibatch order
+    seed: int = field(default=0, metadata=SET_BY_RUN)  # minibatch order (the round's seed)
 
     def __post_init__(self) -> None:
         if self.kl_placement not in KL_PLACEMENTS:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Literal, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -18,19 +18,20 @@ from tqdm.auto import tqdm
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.rollout.chat import ChatFormat
 from rlvr_factory.summary import duration
-from rlvr_factory.training.lm import join_prompt_completion, lr_schedule, make_optimizer
+from rlvr_factory.schema import NonNegativeInt, PositiveInt
+from rlvr_factory.training.lm import SCHEDULES, join_prompt_completion, lr_schedule, make_optimizer
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class SFTConfig:
-    steps: int = 300  # optimizer steps
-    batch_size: int = 32  # sequences per step
+    steps: PositiveInt = 100  # optimizer steps
+    batch_size: PositiveInt = 32  # sequences per step
     lr: float = 1e-3  # peak learning rate
     weight_decay: float = 0.01  # AdamW decoupled weight decay
-    warmup_steps: int = 20  # linear warm-up before the decay
-    schedule: str = "cosine"  # cosine | linear | constant
+    warmup_steps: NonNegativeInt = 10  # linear warm-up before the decay
+    schedule: Literal[SCHEDULES] = "cosine"  # cosine | linear | constant
     max_grad_norm: float = 1.0  # global gradient-norm clip
     seed: int = 0  # order of examples
 

@@ -28,8 +28,6 @@ from rlvr_factory.verifiers.score import Score
 logger = logging.getLogger(__name__)
 
 Pair = tuple[str, str]  # (gold, completion): the cache key of one check
-# A verifier's full check is retried once when its worker dies; an overrun is a property of the input.
-DEFAULT_RETRY = {"max_attempts": 2, "retry_timeouts": False}
 _FAILURE_COUNTERS = {"timeout": "timeouts", "error": "errors", "infra_error": "infra_errors"}  # status -> stat
 
 
@@ -117,7 +115,7 @@ class VerifierPool:
             raise ValueError(f"max_input_chars must be non-negative, got {max_input_chars}")
         if not callable(getattr(verifier, "quick_score", None)) or not callable(getattr(verifier, "score", None)):
             raise TypeError(f"the verifier must have quick_score and score methods, got {type(verifier).__name__}")
-        settings = {"retry": DEFAULT_RETRY, **(scheduler or {})}
+        settings = dict(scheduler or {})
         if {"workers", "timeout_seconds"} & set(settings):
             raise ValueError("set a VerifierPool's workers and timeout through its own arguments, not `scheduler`")
         self.verifier = verifier

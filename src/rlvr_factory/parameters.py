@@ -1,0 +1,253 @@
+"""The project's parameters as one typed tree: every block of `conf/**/parameters*.yml`.
+
+Each block is a dataclass; its fields hold the only copy of each default (the library's
+dataclasses for the leaves: `UpdateConfig`, `SamplingConfig`, `SFTConfig`, `RolloutConfig`,
+`RetryPolicy`, ...), and the YAML overrides them. `resolve(params)` checks a merged parameter
+dict against the tree (unknown keys, types, ranges) and returns it with every default filled
+in, which is what the nodes receive. A new setting is one field (with its comment, which
+`docs/configuration.md` shows) in the block's dataclass.
+
+The `domain` block is the one exception: its keys are the constructor arguments of the domain
+its `name` picks (`domains/registry.py`), checked against that constructor's signature.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+
+from rlvr_factory.domains.registry import domain_factory
+from rlvr_factory.models.lora import LoraSettings
+from rlvr_factory.models.tiny import TinyModelConfig
+from rlvr_factory.preferences.synthetic import SyntheticPairs
+from rlvr_factory.rollout.agent_loop import RolloutConfig
+from rlvr_factory.rollout.dynamic import DynamicSampling
+from rlvr_factory.rollout.engine import SamplingConfig
+from rlvr_factory.scheduler import RetryPolicy
+from rlvr_factory.schema import (
+    ConfigError, Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, parse, to_dict, unknown_key,
+)
+from rlvr_factory.rl.preference import PREFERENCE_LOSSES
+from rlvr_factory.training.domain_levels import LevelSettings
+from rlvr_factory.training.grpo import UpdateConfig
+from rlvr_factory.training.lm import SCHEDULES
+from rlvr_factory.training.pairs import PairTrainConfig
+from rlvr_factory.training.sft import SFTConfig
+
+DTYPES = ("float32", "bfloat16", "float16")
+DOMAIN_EXTRA_KEYS = ("name", "reward", "reward_model")  # read by the registry, not the domain's constructor
+
+
+@dataclass(frozen=True)
+class EmbeddedModelConfig:
+    cache_dir: str = "data/06_models/base"  # where built base models are cached (one per configuration)
+    seed: int = 0  # corpus and initialisation seed
+    corpus_size: PositiveInt = 30000  # texts in the pre-training corpus (the domain's pretraining_corpus)
+    architecture: TinyModelConfig = field(default_factory=TinyModelConfig)  # the tiny Llama's shape
+    pretrain: SFTConfig = field(default_factory=SFTConfig)  # the pre-training loop (next-token loss on the corpus)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name_or_path: str = "embedded"  # embedded (the built-in ~1M-parameter Llama) | a local HF model directory | a hub id
+    device: str = "auto"  # auto (a GPU when there is one) | cpu | cuda | cuda:0 ...
+    dtype: Literal[DTYPES] = "float32"  # weights' precision
+    lora: LoraSettings = field(default_factory=LoraSettings)  # RL trains LoRA adapters through PEFT (Hu et al. 2021)
+    embedded: EmbeddedModelConfig = field(default_factory=EmbeddedModelConfig)  # the embedded model (name_or_path: embedded)
+
+
+@dataclass(frozen=True)
+class DecontaminationConfig:
+    n: PositiveInt = 8  # word n-gram length
+    threshold: Fraction = 0.5  # a train prompt sharing >= this share of its n-grams with one eval prompt is removed
+
+
+@dataclass(frozen=True)
+class TaskDecontaminationConfig(DecontaminationConfig):
+    skip_domains: list[str] = field(default_factory=list)  # domains left alone ("*": all; generated domains draw disjoint splits)
+
+
+@dataclass(frozen=True)
+class DifficultyConfig:
+    default: int = 1  # for tasks whose source gives no difficulty
+    model: str | None = None  # an HF model directory: unlabelled tasks get a difficulty from its pass rate; null: off
+    samples: PositiveInt = 4  # samples per task for the pass rate
+    levels: PositiveInt = 4  # pass rate 1 -> difficulty 1 ... pass rate 0 -> difficulty `levels`
+    seed: int = 0  # sampling seed
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)  # how the model samples
+
+
+@dataclass(frozen=True)
+class CurateConfig:
+    seed: int = 0  # validation carving and weighted mixing
+    decontamination: TaskDecontaminationConfig = field(default_factory=TaskDecontaminationConfig)  # train vs eval prompts
+    validation_from_train: NonNegativeInt = 100  # per domain whose sources have no validation split
+    difficulty: DifficultyConfig = field(default_factory=DifficultyConfig)  # difficulty of unlabelled tasks
+
+
+@dataclass(frozen=True)
+class SFTBlockConfig:
+    seed: int = 0  # which demonstrations answer directly
+    num_examples: PositiveInt = 500  # demonstrations taken from the train split
+    direct_answer_fraction: Fraction = 0.6  # share of demonstrations giving the answer alone instead of the worked solution
+    tool_demonstration_fraction: Fraction = 0.0  # share showing a tool-using episode (the domain's tool_demonstration)
+    train: SFTConfig = field(default_factory=SFTConfig)  # the optimisation loop
+
+
+@dataclass(frozen=True)
+class CurriculumConfig:
+    enabled: bool = False  # prompts chosen by their online pass rate; false: a seeded uniform sample of the train split
+    band: tuple[Fraction, Fraction] = (0.1, 0.9)  # target pass-rate band [low, high]; unseen tasks count as in band
+    band_fraction: Fraction = 0.8  # share of prompts from the band; the rest refresh the others' estimates
+    difficulty_weights: dict[int, NonNegativeFloat] | None = None  # e.g. {1: 1, 2: 1, 3: 2, 4: 2}: share of each level; null: by level size
+    pass_rate_ema: Fraction = 0.5  # weight of the newest round in each task's pass-rate estimate (tracked always)
+    levels: LevelSettings = field(default_factory=LevelSettings)  # per-domain levels (docs/domain_scale.md)
+
+
+@dataclass(frozen=True)
+class RLConfig:
+    rounds: PositiveInt = 20  # unrolled rounds (round_000 ...); `--params=rl.rounds=2` runs exactly 2
+    seed: int = 0  # every round's seed derives from it
+    lr_schedule: Literal[SCHEDULES] = "cosine"  # update.lr over the rounds: cosine (to 10%), linear (to 0) or constant
+    checkpoint_every: NonNegativeInt = 5  # write the policy and optimizer to disk every N rounds (0: never)
+    prompts_per_round: PositiveInt = 64  # train prompts (groups) per round
+    samples_per_prompt: PositiveInt = 8  # G, the group size
+    domain_curves_max: NonNegativeInt = 10  # per-domain MLflow curves up to this many domains; beyond, the table and heatmap
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)  # rollout sampling
+    dynamic_sampling: DynamicSampling = field(default_factory=DynamicSampling)  # DAPO (Yu et al. 2025, Eq. 11)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)  # prompts chosen by online pass rate
+    update: UpdateConfig = field(default_factory=UpdateConfig)  # the policy-gradient update
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    seed: int = 0  # sampling seed of pass@k
+    k: PositiveInt = 8  # samples per task for pass@k
+    validation_size: PositiveInt = 400  # validation tasks scored (greedy) after each round
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)  # evaluation sampling
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    address: str = "local"  # local: start Ray here | auto: join the running cluster | ray://host:port
+    num_cpus: PositiveInt | None = None  # CPUs of a Ray started here (null: all)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    backend: Literal["local", "ray"] = "local"  # local: worker processes on this machine | ray: Ray actors (pip install '.[ray]')
+    max_in_flight: PositiveInt | None = None  # jobs queued or running at most (null: 1024 per worker)
+    num_cpus: PositiveFloat | None = None  # CPUs the jobs running at once may need together (null: one per worker)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)  # only infrastructure failures are retried
+    ray: RayConfig = field(default_factory=RayConfig)  # backend: ray only
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    workers: PositiveInt = 2  # scheduler workers (started only when a symbolic check is needed)
+    timeout_seconds: PositiveFloat = 5.0  # wall-clock limit of one check; overruns score 0, status timeout
+    max_input_chars: NonNegativeInt = 100000  # longer completions score 0 with status error, unchecked
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)  # where the checks run
+
+
+@dataclass(frozen=True)
+class RolloutSampleConfig:
+    per_round: NonNegativeInt = 8  # rollouts drawn from every round's scored rollouts
+    seed: int = 0  # which ones
+
+
+@dataclass(frozen=True)
+class PartViewsConfig:
+    per_round: NonNegativeInt = 4  # CAD runs: pictures per round (first and last round), three views each
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    register_model: bool = True  # register the final policy in the MLflow Model Registry (it is always logged)
+    registered_model_name: str = "rlvr-policy"  # its name in the Model Registry (each run adds a version)
+    rollout_sample: RolloutSampleConfig = field(default_factory=RolloutSampleConfig)  # logged as report/rollout_sample.json
+    part_views: PartViewsConfig = field(default_factory=PartViewsConfig)  # data/08_reporting/part_views/
+
+
+@dataclass(frozen=True)
+class PreferencesConfig:
+    sources: dict[str, Any] | None = None  # null: the embedded pairs; else split -> path (JSONL/Parquet) or HF dataset
+    format: Literal["auto", "native", "conversational", "ultrafeedback", "hh"] = "auto"  # record format of the sources
+    limit: dict[str, NonNegativeInt] = field(default_factory=dict)  # split -> at most this many records
+    max_length: PositiveInt | None = None  # tokens of prompt + completion a pair may have; null: the base model's context
+    validation_from_train: NonNegativeInt = 200  # pairs moved from train to validation when the sources hold none out
+    seed: int = 0  # validation carving
+    decontamination: DecontaminationConfig = field(default_factory=DecontaminationConfig)  # train pairs vs eval prompts
+    embedded: SyntheticPairs = field(default_factory=SyntheticPairs)  # the embedded pairs: worked demonstration vs a flawed one
+
+
+@dataclass(frozen=True)
+class DPOBlockConfig:
+    loss: Literal[PREFERENCE_LOSSES] = "dpo"  # dpo (Rafailov et al. 2023) | ipo (Azar et al. 2023)
+    beta: PositiveFloat = 0.1  # KL anchor to the reference (IPO's tau)
+    label_smoothing: Fraction = 0.0  # eps, the assumed share of flipped labels (conservative DPO); dpo only
+    eval_batch_size: PositiveInt = 64  # pairs per forward pass when scoring held-out pairs
+    checkpoint_dir: str = "data/06_models/checkpoints/dpo"  # resume point of a killed run
+    train: PairTrainConfig = field(default_factory=PairTrainConfig)  # the optimisation loop
+
+
+@dataclass(frozen=True)
+class RewardModelBlockConfig:
+    backbone: str = "policy"  # policy: a fresh scalar head on the SFT policy's backbone | an HF sequence-classification model
+    seed: int = 0  # head initialisation
+    use_margin: bool = False  # subtract each pair's margin from the reward gap (Llama 2); pairs without one use 0
+    eval_batch_size: PositiveInt = 64  # pairs per forward pass when scoring held-out pairs
+    checkpoint_dir: str = "data/06_models/checkpoints/reward_model"  # resume point of a killed run
+    train: PairTrainConfig = field(default_factory=PairTrainConfig)  # the optimisation loop
+
+
+@dataclass(frozen=True)
+class Parameters:
+    model: ModelConfig = field(default_factory=ModelConfig)  # the base model (parameters_base_model.yml)
+    domain: dict[str, Any] = field(default_factory=lambda: {"name": "arithmetic"})  # the task domain: `name` + its constructor's keys
+    curate: CurateConfig = field(default_factory=CurateConfig)  # task curation (parameters_curate.yml)
+    sft: SFTBlockConfig = field(default_factory=SFTBlockConfig)  # supervised fine-tuning (parameters_sft.yml)
+    rl: RLConfig = field(default_factory=RLConfig)  # RL rounds (parameters_rlvr.yml)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)  # episodes: turns, context, engine (parameters_rollout.yml)
+    verify: VerifyConfig = field(default_factory=VerifyConfig)  # the verifier pool (parameters_verify.yml)
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)  # held-out evaluation (parameters_evaluate.yml)
+    report: ReportConfig = field(default_factory=ReportConfig)  # MLflow record and registry (parameters_report.yml)
+    preferences: PreferencesConfig = field(default_factory=PreferencesConfig)  # preference pairs (parameters_preference.yml)
+    dpo: DPOBlockConfig = field(default_factory=DPOBlockConfig)  # DPO on the pairs (parameters_preference.yml)
+    reward_model: RewardModelBlockConfig = field(default_factory=RewardModelBlockConfig)  # Bradley-Terry reward model
+
+
+def check_domain(domain: Mapping[str, Any], key: str = "domain") -> None:
+    """Refuse a `domain` block key its domain's constructor does not take (or a domain that does not exist)."""
+    if not isinstance(domain, Mapping):
+        raise ConfigError(key, f"expected a mapping with a `name`, got {domain!r}")
+    try:
+        factory = domain_factory(domain.get("name"))
+    except ValueError as e:
+        raise ConfigError(f"{key}.name", str(e)) from e
+    accepted = inspect.signature(factory).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted):
+        return
+    valid = [*DOMAIN_EXTRA_KEYS, *(p.name for p in accepted if p.kind is not inspect.Parameter.VAR_POSITIONAL)]
+    for name in domain:
+        if name not in valid:
+            raise unknown_key(key, str(name), valid, f"{factory.__module__}.{factory.__qualname__} (its constructor)")
+
+
+def resolve(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The merged parameters checked against the tree, with every default filled in (plain dicts).
+
+    Raises `ConfigError` naming the first key that is wrong (a top-level key too: a new block is
+    a field of `Parameters`).
+    """
+    params = dict(params)
+    rl = params.get("rl")
+    if isinstance(rl, Mapping) and isinstance(rl.get("update"), Mapping):
+        update = dict(rl["update"])
+        if update.get("overlong_cache_length") and update.get("overlong_max_length") is None:
+            # L_max of DAPO's overlong penalty defaults to the completion budget.
+            budget = (rl.get("sampling") or {}).get("max_new_tokens", SamplingConfig.max_new_tokens)
+            params["rl"] = {**rl, "update": {**update, "overlong_max_length": budget}}
+    check_domain(params.get("domain") or {"name": "arithmetic"})
+    return to_dict(parse(Parameters, params))

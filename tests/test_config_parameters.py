@@ -1,0 +1,118 @@
+"""The parameter tree: every YAML file under conf/ fits it, every environment resolves to the configuration
+the pipeline has always run, and a wrong key or value stops `kedro run` at start-up, saying where."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlvr_factory.config_loader import ConfigLoader
+from rlvr_factory.parameters import Parameters, resolve
+from rlvr_factory.schema import ConfigError, to_dict
+from rlvr_factory.settings import CONFIG_LOADER_ARGS
+from tests.pipelines.conftest import PROJECT_ROOT
+
+CONF = PROJECT_ROOT / "conf"
+ENVS = sorted(p.name for p in CONF.iterdir() if p.is_dir() and p.name not in ("base", "local"))
+RECORDED = Path(__file__).parent / "config_resolved"  # RLVR_RECORD_CONFIG=1 rewrites it after a deliberate change
+
+
+def parameters(env: str | None = None, runtime: dict | None = None, conf: Path = CONF) -> dict:
+    return ConfigLoader(str(conf), env=env, runtime_params=runtime or {}, **CONFIG_LOADER_ARGS)["parameters"]
+
+
+@pytest.mark.parametrize("path", sorted(CONF.glob("**/parameters*.yml")), ids=lambda p: str(p.relative_to(CONF)))
+def test_every_parameter_file_fits_the_tree(path):
+    # Each file on its own over the defaults: no unknown key, no value of the wrong type or range.
+    resolved = resolve(yaml.safe_load(path.read_text()) or {})
+    assert set(resolved) == set(to_dict(Parameters()))
+
+
+@pytest.mark.parametrize("env", ["local", *ENVS])
+def test_every_environment_resolves_to_the_recorded_configuration(env):
+    # The configuration each node receives, every default filled in, as the pipeline ran it before the
+    # defaults moved into the dataclasses (the default run's metrics depend on nothing else).
+    resolved = json.loads(json.dumps(parameters(env), sort_keys=True))
+    path = RECORDED / f"{env}.json"
+    if os.environ.get("RLVR_RECORD_CONFIG"):
+        path.write_text(json.dumps(resolved, indent=1, sort_keys=True) + "\n")
+    assert resolved == json.loads(path.read_text())
+
+
+def test_the_base_yaml_restates_a_default_only_where_dvc_names_the_key():
+    # DVC tracks dvc.yaml's keys by name, and `dvc exp run -S file:key=value` sets only keys the file has.
+    dvc = yaml.safe_load((PROJECT_ROOT / "dvc.yaml").read_text())
+    named = {key for stage in dvc["stages"].values() for entry in stage.get("params", [])
+             for keys in (entry.values() if isinstance(entry, dict) else []) for key in keys}
+    named |= set(re.findall(r"-S '[^:']+:([\w.]+)=", (PROJECT_ROOT / "README.md").read_text()))
+    defaults = to_dict(Parameters())
+
+    def restated(tree: dict, default: dict, prefix: str):
+        for key, value in tree.items():
+            path = f"{prefix}{key}"
+            if isinstance(value, dict) and isinstance(default.get(key), dict) and value:
+                yield from restated(value, default[key], f"{path}.")
+            elif value == default.get(key) and path not in named and not any(path.startswith(f"{n}.") for n in named if "." in n):
+                yield path
+
+    for path in sorted((CONF / "base").glob("parameters*.yml")):
+        tree = {k: v for k, v in (yaml.safe_load(path.read_text()) or {}).items() if k != "domain"}
+        assert list(restated(tree, defaults, "")) == [], path.name
+
+
+@pytest.mark.parametrize(("runtime", "key", "says"), [
+    ({"rl": {"rounds": -1}}, "rl.rounds", "must be >= 1, got -1"),
+    ({"rl": {"update": {"lr": "abc"}}}, "rl.update.lr", "expected float, got 'abc'"),
+    ({"rl": {"samples_per_prompt": 0}}, "rl.samples_per_prompt", "must be >= 1, got 0"),
+    ({"rl": {"update": {"advantage_estimator": "grpoo"}}}, "rl.update.advantage_estimator", "'grpo', 'dr_grpo', 'rloo', 'reinforce_pp'"),
+    ({"rl": {"update": {"lrr": 1e-4}}}, "rl.update.lrr", "unknown key (did you mean lr?)"),
+    ({"evaluate": {"sampling": {"top_p": 1.5}}}, "evaluate.sampling.top_p", "must be > 0 and <= 1"),
+    ({"verify": {"scheduler": {"backend": "slurm"}}}, "verify.scheduler.backend", "one of 'local', 'ray'"),
+    ({"domain": {"name": "arithmetic", "levelz": {}}}, "domain.levelz", "did you mean levels?"),
+    ({"rlvr": {"rounds": 2}}, "rlvr", "did you mean rl?"),
+])
+def test_a_wrong_runtime_parameter_names_the_key_the_allowed_values_and_params(runtime, key, says):
+    with pytest.raises(ConfigError) as error:
+        parameters(None, runtime)
+    assert error.value.key == key and error.value.source == "--params"
+    assert says in str(error.value)
+
+
+def test_a_misspelt_key_in_an_environment_file_names_that_file_and_where_to_add_a_key(tmp_path):
+    conf = tmp_path / "conf"
+    (conf / "base").mkdir(parents=True)
+    (conf / "base/parameters_rlvr.yml").write_text("rl: {rounds: 3}\n")
+    (conf / "fast").mkdir()
+    (conf / "fast/parameters_rlvr.yml").write_text("rl:\n  update:\n    warmup_step: 2\n")
+    with pytest.raises(ConfigError) as error:
+        parameters("fast", conf=conf)
+    message = str(error.value)
+    assert message.startswith("rl.update.warmup_step (conf/fast/parameters_rlvr.yml): unknown key (did you mean warmup_steps?)")
+    assert "rlvr_factory.training.grpo.UpdateConfig" in message  # where a developer adds the key
+
+
+def test_derived_defaults_are_filled_where_the_run_derives_them():
+    # DAPO's overlong penalty measures against the completion budget unless told otherwise.
+    params = parameters(None, {"rl": {"update": {"overlong_cache_length": 4}, "sampling": {"max_new_tokens": 30}}})
+    assert params["rl"]["update"]["overlong_max_length"] == 30
+    assert "seed" not in params["rl"]["sampling"]  # each round's sampling seed comes from rl.seed
+
+
+def test_kedro_run_with_a_bad_value_fails_in_seconds_before_any_node_runs():
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT / "src"), "KEDRO_DISABLE_TELEMETRY": "1", "DO_NOT_TRACK": "true"}
+    start = time.perf_counter()
+    run = subprocess.run([sys.executable, "-m", "kedro", "run", "--pipeline=rlvr", "--params=rl.samples_per_prompt=0"],
+                         cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    seconds = time.perf_counter() - start
+    assert run.returncode != 0
+    assert "rl.samples_per_prompt (--params): must be >= 1, got 0" in run.stderr + run.stdout
+    assert "Running node" not in run.stderr + run.stdout
+    assert seconds < 120, seconds  # start-up only (generous: the machine is shared)
