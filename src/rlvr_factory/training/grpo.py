@@ -22,6 +22,7 @@ from typing import Sequence
 
 import torch
 
+from rlvr_factory import distributed
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.rl.advantages import compute_advantages
 from rlvr_factory.rl.kl import KL_PLACEMENTS, kl_penalty, kl_shaped_rewards
@@ -117,6 +118,11 @@ def _logprobs(model, batch: Sequence[Sample], pad_id: int, device, chunk: int) -
         logp, _ = token_logprobs(model, ids, attn)
         out.extend(logp.cpu())
     return out
+
+
+def _sharded_logprobs(model, samples: Sequence[Sample], pad_id: int, device, chunk: int) -> list[torch.Tensor]:
+    """`_logprobs` of every sample, each data-parallel rank computing its share."""
+    return distributed.map_sharded(lambda part: _logprobs(model, part, pad_id, device, chunk), samples)
 
 
 def _sampling_logp(part: Sequence[Sample], width: int) -> torch.Tensor | None:
@@ -226,8 +232,8 @@ def rl_update(
     on_policy = config.epochs == 1 and config.minibatch_size >= len(samples) and not (
         config.kl_coef > 0 and config.kl_placement == "reward"
     )
-    old_logp = None if on_policy else _logprobs(model, samples, pad_id, device, chunk)
-    ref_logp = _logprobs(reference, samples, pad_id, device, chunk) if config.kl_coef > 0 else None
+    old_logp = None if on_policy else _sharded_logprobs(model, samples, pad_id, device, chunk)
+    ref_logp = _sharded_logprobs(reference, samples, pad_id, device, chunk) if config.kl_coef > 0 else None
     rewards, stats = _shaped_rewards(samples, config, old_logp, ref_logp, pad_id)
     advantages = _episode_advantages(samples, rewards, config.advantage_estimator, config.component_normalisation)
     truncated = torch.tensor([s.truncated for s in samples])
@@ -268,8 +274,9 @@ def rl_update(
             global_step += 1
             optimizer.zero_grad(set_to_none=True)
             step = dict.fromkeys(keys, 0.0)
-            for lo in range(0, len(idx), chunk):
-                micro = idx[lo : lo + chunk]
+            local = idx[distributed.shard(len(idx))]  # this rank's share; the normalisers above are the minibatch's
+            for lo in range(0, len(local), chunk):
+                micro = local[lo : lo + chunk]
                 for rows, train in (([i for i in micro if active[i]], True), ([i for i in micro if not active[i]], False)):
                     if rows:
                         with torch.enable_grad() if train else torch.inference_mode():
@@ -277,6 +284,8 @@ def rl_update(
             for p in model.parameters():  # a minibatch without gradient still steps Adam's moments
                 if p.requires_grad and p.grad is None:
                     p.grad = torch.zeros_like(p)
+            distributed.sum_gradients(model)
+            step = distributed.combine_stats(step, maxima=("mismatch_max",))
             step["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm))
             optimizer.step()
             for key in keys:
