@@ -127,7 +127,8 @@ def map_sharded(fn: Callable[[Sequence[T]], list[U]], items: Sequence[T]) -> lis
     """`fn(items)`, with each rank applying `fn` to its `shard` and the results gathered in order."""
     if world_size() == 1:
         return fn(items)
-    out = gather(list(fn(items[shard(len(items))])))
+    local = items[shard(len(items))]
+    out = gather(list(fn(local)) if len(local) else [])
     if len(out) != len(items):
         raise RuntimeError(f"map_sharded: {len(out)} results for {len(items)} items; fn must return one per item")
     return out
