@@ -63,8 +63,13 @@ def init(config: DistributedConfig = DistributedConfig()) -> bool:
     """
     if launched_world_size() <= 1:
         return False
-    if dist.is_initialized():
-        return True
+    if not dist.is_initialized():  # a launcher such as Ray Train may have joined the group already
+        _init_process_group(config)
+    log.info("data-parallel: rank %d of %d (%s, %s)", rank(), world_size(), dist.get_backend(), config.strategy)
+    return True
+
+
+def _init_process_group(config: DistributedConfig) -> None:
     missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
     if missing:
         raise RuntimeError(f"WORLD_SIZE={launched_world_size()} but {', '.join(missing)} unset: launch with torchrun "
@@ -75,8 +80,6 @@ def init(config: DistributedConfig = DistributedConfig()) -> bool:
             raise RuntimeError("distributed.backend is nccl but CUDA is unavailable; use gloo (or auto) on CPUs")
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend, timeout=timedelta(minutes=config.timeout_minutes))
-    log.info("data-parallel: rank %d of %d (%s, %s)", rank(), world_size(), backend, config.strategy)
-    return True
 
 
 def world_size() -> int:

@@ -36,7 +36,9 @@ def launch(kedro_args: Sequence[str], workers: int, gpu: bool = False, address: 
     if workers < 1:
         raise ValueError(f"--workers must be at least 1, got {workers}")
     root = str((project or Path.cwd()).resolve())
-    ray.init(address=address, ignore_reinit_error=True)
+    logging_config = Path(root) / "conf/logging.yml"  # the console kedro run shows, not Kedro's default
+    env_vars = {"KEDRO_LOGGING_CONFIG": str(logging_config)} if logging_config.exists() else {}
+    ray.init(address=address, ignore_reinit_error=True, runtime_env={"env_vars": env_vars})
     trainer = TorchTrainer(
         partial(_kedro_run, root, list(kedro_args)),
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=gpu),

@@ -1,5 +1,6 @@
-"""`torchrun --nproc_per_node=2 -m kedro run --pipeline=rlvr` at a tiny size: two gloo ranks pre-train,
-fine-tune and run an RL round together; rank 0 alone writes the outputs and the MLflow run."""
+"""`torchrun --nproc_per_node=2 -m kedro run --pipeline=rlvr` (and the same through Ray Train,
+`python -m rlvr_factory.ray_launch --workers 2`) at a tiny size: two gloo ranks pre-train, fine-tune
+and run an RL round together; rank 0 alone writes the outputs and the MLflow run."""
 
 from __future__ import annotations
 
@@ -19,29 +20,35 @@ pytestmark = pytest.mark.slow
 PARAMS = {**TINY_PARAMS, "rl": {**TINY_PARAMS["rl"], "rounds": 1}}
 
 
-@pytest.fixture(scope="module")
-def torchrun_project(tmp_path_factory) -> tuple[Path, str]:
-    project = make_project(tmp_path_factory.mktemp("torchrun"))
+def _launcher(name: str) -> list[str]:
+    if name == "torchrun":
+        return [shutil.which("torchrun", path=str(Path(sys.executable).parent)), "--standalone", "--nproc_per_node=2",
+                "-m", "kedro", "run"]
+    pytest.importorskip("ray.train.torch", reason="the Ray launcher needs the `ray` extra (ray[train])")
+    return [sys.executable, "-m", "rlvr_factory.ray_launch", "--workers", "2", "--"]
+
+
+@pytest.fixture(scope="module", params=["torchrun", "ray"])
+def launched_project(request, tmp_path_factory) -> tuple[Path, str]:
+    project = make_project(tmp_path_factory.mktemp(request.param))
     env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri(project), "TQDM_DISABLE": "1",
-           "OMP_NUM_THREADS": "1"}
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+           "OMP_NUM_THREADS": "1", "RAY_AUTH_MODE": "disabled"}
     done = subprocess.run(
-        [torchrun, "--standalone", "--nproc_per_node=2", "-m", "kedro", "run", "--pipeline=rlvr",
-         f"--params={','.join(as_cli_params(PARAMS))}"],
-        cwd=project, env=env, capture_output=True, text=True, timeout=900,
+        [*_launcher(request.param), "--pipeline=rlvr", f"--params={','.join(as_cli_params(PARAMS))}"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=1200,
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-6000:]
     return project, output
 
 
-def test_both_ranks_joined_one_gloo_group(torchrun_project):
-    _, output = torchrun_project
+def test_both_ranks_joined_one_gloo_group(launched_project):
+    _, output = launched_project
     assert "data-parallel: rank 0 of 2 (gloo, ddp)" in output
 
 
-def test_rank_zero_alone_logs_one_mlflow_run_and_registers_one_policy(torchrun_project):
-    project, _ = torchrun_project
+def test_rank_zero_alone_logs_one_mlflow_run_and_registers_one_policy(launched_project):
+    project, _ = launched_project
     client = MlflowClient(tracking_uri=tracking_uri(project))
     (run,) = client.search_runs([client.get_experiment_by_name("rlvr_factory").experiment_id])
     assert run.info.status == "FINISHED"
@@ -49,8 +56,8 @@ def test_rank_zero_alone_logs_one_mlflow_run_and_registers_one_policy(torchrun_p
     assert len(client.search_model_versions("name='rlvr-policy'")) == 1
 
 
-def test_the_outputs_hold_the_round_and_the_policies(torchrun_project):
-    project, _ = torchrun_project
+def test_the_outputs_hold_the_round_and_the_policies(launched_project):
+    project, _ = launched_project
     (round_stats,) = json.loads((project / "data/08_reporting/round_history.json").read_text())
     assert round_stats["round"] == 0 and round_stats["optimizer_steps"] >= 1
     assert 0.0 <= round_stats["pass_rate"] <= 1.0

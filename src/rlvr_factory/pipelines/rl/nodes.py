@@ -26,7 +26,7 @@ from rlvr_factory.training.lm import lr_factor, seed_everything
 from rlvr_factory.training.rounds import (
     observed_pass_rates, rollouts_frame, round_metrics, samples_from_scored, scored_frame, verdicts,
 )
-from rlvr_factory.verification import judge
+from rlvr_factory.verification import judge_sharded
 
 log = logging.getLogger(__name__)
 # Operational stats (wall-clock timings, the verifier pool's counters, which depend on what the
@@ -98,11 +98,9 @@ def rollout(
                                SamplingConfig(**rl["sampling"], seed=draw_seed), desc=f"round {round_index} rollout")
 
     def score(indices: list[int], episodes: list) -> list[float]:
-        def rewards(part: list) -> list[float]:
-            scores, _ = judge(env, [e.score for e in part], [e.answer for e in part],
-                              [tasks[indices[e.task_index]].reference for e in part], verify)
-            return [s.reward for s in scores]
-        return distributed.map_sharded(rewards, episodes)
+        scores, _ = judge_sharded(env, [e.score for e in episodes], [e.answer for e in episodes],
+                                  [tasks[indices[e.task_index]].reference for e in episodes], verify)
+        return [s.reward for s in scores]
 
     drawn = draw_groups(distributed.shard_run(run), order, rl["prompts_per_round"], seed, score, DynamicSampling(**rl["dynamic_sampling"]))
     frame = rollouts_frame(drawn.episodes, [tasks[i] for i in drawn.prompt_indices], round_index, policy.version)
@@ -137,18 +135,11 @@ def verify(rollouts: pd.DataFrame, train_tasks: pd.DataFrame, domain: dict, veri
     Data-parallel, each rank verifies its share of the rows (the pool stats are its own share's).
     """
     references = dict(zip(train_tasks["task_id"], train_tasks["reference"].map(json.loads)))
-    found, answers = verdicts(rollouts), list(rollouts["answer"])
-    wanted = [references[t] for t in rollouts["task_id"]]
-    pool_stats: dict = {}
-
-    def judge_share(rows: range) -> list:
-        scores, stats = judge(get_domain(domain), [found[i] for i in rows], [answers[i] for i in rows],
-                              [wanted[i] for i in rows], verify)
-        pool_stats.update(stats)
-        return scores
-
     start = time.perf_counter()
-    scores = distributed.map_sharded(judge_share, range(len(rollouts)))
+    scores, pool_stats = judge_sharded(
+        get_domain(domain), verdicts(rollouts), list(rollouts["answer"]), [references[t] for t in rollouts["task_id"]],
+        verify,
+    )
     seconds = time.perf_counter() - start
     return scored_frame(rollouts, scores), {"verify_seconds": seconds, **{f"verify_{k}": v for k, v in pool_stats.items()}}
 
