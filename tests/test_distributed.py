@@ -97,6 +97,11 @@ def test_sft_losses_of_two_ranks_equal_one_process(two_ranks, one_process):
         assert result["sft_losses"] == pytest.approx(one_process["sft_losses"], rel=1e-5)
 
 
+def test_every_rank_reports_the_same_losses_and_stats_bit_for_bit(two_ranks):
+    assert two_ranks[0]["sft_losses"] == two_ranks[1]["sft_losses"]
+    assert two_ranks[0]["rl_stats"] == two_ranks[1]["rl_stats"]
+
+
 def test_rl_update_stats_of_two_ranks_equal_one_process(two_ranks, one_process):
     for result in two_ranks:
         for got, want in zip(result["rl_stats"], one_process["rl_stats"]):
