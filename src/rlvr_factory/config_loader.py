@@ -76,7 +76,7 @@ class ConfigLoader(OmegaConfigLoader):
         """One environment's parameters alone (no runtime parameters); empty when it has none."""
         layer = OmegaConfigLoader(
             self.conf_source, env=env, base_env=env, default_run_env=env, config_patterns=self.config_patterns,
-            custom_resolvers=None,
+            custom_resolvers=self._custom_resolvers,  # Kedro's loader unregisters `oc.env` for every process
         )
         try:
             return layer["parameters"]

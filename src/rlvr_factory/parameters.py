@@ -17,6 +17,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
+from rlvr_factory.distributed import DistributedConfig
 from rlvr_factory.domains.registry import domain_factory
 from rlvr_factory.models.lora import LoraSettings
 from rlvr_factory.models.tiny import TinyModelConfig
@@ -216,6 +217,7 @@ class Parameters:
     preferences: PreferencesConfig = field(default_factory=PreferencesConfig)  # preference pairs (parameters_preference.yml)
     dpo: DPOBlockConfig = field(default_factory=DPOBlockConfig)  # DPO on the pairs (parameters_preference.yml)
     reward_model: RewardModelBlockConfig = field(default_factory=RewardModelBlockConfig)  # Bradley-Terry reward model
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)  # data-parallel under torchrun (parameters_distributed.yml)
 
 
 def check_domain(domain: Mapping[str, Any], key: str = "domain") -> None:

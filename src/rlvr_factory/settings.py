@@ -29,6 +29,7 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 from rlvr_factory import tracking  # noqa: E402
 from rlvr_factory.config_loader import ConfigLoader  # noqa: E402
+from rlvr_factory.distributed_hooks import DistributedHook  # noqa: E402
 from rlvr_factory.hooks import MlflowLineageHook, ModelPathHook, PipelineShapeHook, RunConsoleHook  # noqa: E402
 
 
@@ -51,7 +52,7 @@ def _mlflow_artifact_location() -> str | None:
     return tracking.artifact_location(uri)
 
 
-HOOKS = (PipelineShapeHook(), ModelPathHook(), RunConsoleHook(), MlflowLineageHook())
+HOOKS = (PipelineShapeHook(), ModelPathHook(), RunConsoleHook(), MlflowLineageHook(), DistributedHook())
 
 CONFIG_LOADER_CLASS = ConfigLoader
 CONFIG_LOADER_ARGS = {

@@ -16,6 +16,7 @@ import json
 import pickle
 from typing import Any, Sequence
 
+from rlvr_factory import distributed
 from rlvr_factory.domains.base import Domain
 from rlvr_factory.verifiers.pool import Verifier, VerifierPool
 from rlvr_factory.verifiers.score import Score
@@ -76,3 +77,20 @@ def judge(
     scores, stats = verify_batch(domain, [answers[i] or "" for i in pending], [references[i] for i in pending], verify)
     by_index = dict(zip(pending, scores, strict=True))
     return [by_index.get(i, v) for i, v in enumerate(verdicts)], stats
+
+
+def judge_sharded(
+    domain: Domain, verdicts: Sequence[Score | None], answers: Sequence[str | None],
+    references: Sequence[dict[str, Any]], verify: dict[str, Any],
+) -> tuple[list[Score], dict[str, float]]:
+    """`judge`, each data-parallel rank judging its share of the episodes: every episode's verdict, on
+    every rank, and the stats of this rank's share (with one process, `judge` itself)."""
+    stats: dict[str, float] = {}
+
+    def share(rows: Sequence[int]) -> list[Score]:
+        scores, share_stats = judge(domain, [verdicts[i] for i in rows], [answers[i] for i in rows],
+                                    [references[i] for i in rows], verify)
+        stats.update(share_stats)
+        return scores
+
+    return distributed.map_sharded(share, range(len(verdicts))), stats

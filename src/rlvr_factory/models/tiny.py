@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from rlvr_factory import distributed
 from rlvr_factory.models.policy import Policy, save_policy
 from rlvr_factory.models.tokenizer import build_byte_tokenizer
 from rlvr_factory.training.lm import seed_everything
@@ -88,5 +89,7 @@ def build_or_load_base_model(
     bos = [tokenizer.bos_token_id]
     examples = [(bos, tokenizer(line, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]) for line in corpus]
     supervised_train(policy, examples, train, desc="pretrain")
-    save_policy(policy, target)
+    if distributed.is_main():  # data-parallel ranks trained the same weights; one writes them
+        save_policy(policy, target)
+    distributed.barrier()
     return target

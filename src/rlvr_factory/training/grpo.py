@@ -22,6 +22,7 @@ from typing import Literal, Sequence
 
 import torch
 
+from rlvr_factory import distributed
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.rl.advantages import ESTIMATORS, compute_advantages
 from rlvr_factory.rl.kl import KL_KINDS, KL_PLACEMENTS, kl_penalty, kl_shaped_rewards
@@ -137,13 +138,16 @@ class _Padded:
 
 @torch.inference_mode()
 def _logprobs(model, padded: _Padded, chunk: int) -> torch.Tensor:
-    """(samples, widest) log-probs of the completion tokens under `model`, `chunk` samples at a time."""
+    """(samples, widest) log-probs of the completion tokens under `model`, `chunk` samples at a time,
+    each data-parallel rank computing its share of the rows (the others' are summed in: exact, as
+    a rank's zeros add nothing)."""
     out = torch.zeros(padded.ids.shape, device=padded.ids.device)
-    for lo in range(0, len(padded.lengths), chunk):
-        rows = list(range(lo, min(lo + chunk, len(padded.lengths))))
+    share = distributed.shard(len(padded.lengths))
+    for lo in range(share.start, share.stop, chunk):
+        rows = list(range(lo, min(lo + chunk, share.stop)))
         ids, attn, cmask = (padded.rows(t, rows) for t in (padded.ids, padded.attention, padded.completion_mask))
         out[lo : lo + len(rows), : ids.shape[1]] = token_logprobs(model, ids, attn, positions=cmask)[0]
-    return out
+    return distributed.sum_tensor(out)
 
 
 def _action_lengths(sample: Sample) -> list[int]:
@@ -280,8 +284,9 @@ def rl_update(
             global_step += 1
             optimizer.zero_grad(set_to_none=True)
             step = dict.fromkeys(keys, zero)
-            for lo in range(0, len(idx), chunk):
-                micro = idx[lo : lo + chunk]
+            local = idx[distributed.shard(len(idx))]  # this rank's share; the normalisers above are the minibatch's
+            for lo in range(0, len(local), chunk):
+                micro = local[lo : lo + chunk]
                 for rows, train in (([i for i in micro if active[i]], True), ([i for i in micro if not active[i]], False)):
                     if rows:
                         with torch.enable_grad() if train else torch.inference_mode():
@@ -289,6 +294,8 @@ def rl_update(
             for p in model.parameters():  # a minibatch without gradient still steps Adam's moments
                 if p.requires_grad and p.grad is None:
                     p.grad = torch.zeros_like(p)
+            distributed.sum_gradients(model)
+            step = distributed.combine_stats(step, maxima=("mismatch_max",))
             step["grad_norm"] = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm).double()
             optimizer.step()
             for key in keys:

@@ -15,6 +15,7 @@ from typing import Literal, Sequence
 import torch
 from tqdm.auto import tqdm
 
+from rlvr_factory import distributed
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.rollout.chat import ChatFormat
 from rlvr_factory.summary import duration
@@ -100,11 +101,17 @@ def supervised_train(
     """Train on (prompt, completion[, loss mask]) token ids, loss on the completion's (masked) tokens;
     returns losses.
 
-    An empty prompt trains on the whole sequence (plain language modelling).
+    An empty prompt trains on the whole sequence (plain language modelling). Run data-parallel
+    (`distributed`), each rank trains on its share of every batch and the loss is normalised by
+    the whole batch's token count, so the steps equal one process's on the same batches.
     """
     if not examples:
         raise ValueError("supervised_train needs at least one example")
+    if config.batch_size < distributed.world_size():
+        raise ValueError(f"batch_size {config.batch_size} is smaller than the {distributed.world_size()} data-parallel "
+                         "ranks; every rank needs at least one sequence per step")
     model = policy.model
+    distributed.broadcast_parameters(model)
     model.train()
     optimizer = make_optimizer(model, config.lr, config.weight_decay)
     scheduler = lr_schedule(optimizer, config.schedule, config.warmup_steps, config.steps)
@@ -124,18 +131,20 @@ def supervised_train(
         ids, attention, target = join_prompt_completion(
             [e[0] for e in batch], [e[1] for e in batch], pad_id, [e[2] if len(e) > 2 else None for e in batch]
         )
+        ids, attention, target, global_norm = _local_share(ids, attention, target)
         labels = ids.masked_fill(target == 0, -100).to(policy.device)
         loss = model(
-            input_ids=ids.to(policy.device), attention_mask=attention.to(policy.device), labels=labels
+            input_ids=ids.to(policy.device), attention_mask=attention.to(policy.device), labels=labels, **global_norm
         ).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        distributed.sum_gradients(model)
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
         optimizer.step()
         scheduler.step()
-        losses.append(loss.item())
+        losses.append(distributed.sum_value(loss.detach()))
         if step % 20 == 0:
-            bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
+            bar.set_postfix(loss=f"{losses[-1]:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
         if step + 1 == eta_step:  # once, for logs where the bar's \r updates do not show
             elapsed = bar.format_dict["elapsed"]
             log.info("%s: %d/%d steps in %s, about %s to go", desc, step + 1, config.steps, duration(elapsed),
@@ -143,3 +152,14 @@ def supervised_train(
     log.info("%s: %d steps, final loss %.4f", desc, config.steps, losses[-1])
     model.eval()
     return losses
+
+
+def _local_share(
+    ids: torch.Tensor, attention: torch.Tensor, target: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, int]]:
+    """This rank's rows of a batch, and with more than one rank the loss's divisor: the whole batch's
+    predicted tokens (`num_items_in_batch`), so the ranks' losses sum to the batch's token mean."""
+    if distributed.world_size() == 1:
+        return ids, attention, target, {}
+    rows = distributed.shard(len(ids))
+    return ids[rows], attention[rows], target[rows], {"num_items_in_batch": int(target[:, 1:].sum())}

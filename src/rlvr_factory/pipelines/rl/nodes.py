@@ -9,6 +9,7 @@ import time
 
 import pandas as pd
 
+from rlvr_factory import distributed
 from rlvr_factory.domain_report import without_domain_curves
 from rlvr_factory.domains import get_domain, tasks_from_frame
 from rlvr_factory.evaluation import greedy_accuracy
@@ -25,7 +26,7 @@ from rlvr_factory.training.lm import lr_factor, seed_everything
 from rlvr_factory.training.rounds import (
     observed_pass_rates, rollouts_frame, round_metrics, samples_from_scored, scored_frame, verdicts,
 )
-from rlvr_factory.verification import judge
+from rlvr_factory.verification import judge_sharded
 
 log = logging.getLogger(__name__)
 # Operational stats (wall-clock timings, the verifier pool's counters, which depend on what the
@@ -48,6 +49,7 @@ def round_lr(rl: dict, round_index: int) -> float:
 def initial_policy(sft_policy: Policy, model: dict) -> Policy:
     """The policy round 0 trains: the SFT policy, with LoRA adapters when `model.lora.enabled`."""
     lora = LoraSettings(**model.get("lora", {}))
+    distributed.broadcast_parameters(sft_policy.model)  # data-parallel ranks start from rank 0's weights
     return Policy(with_lora(sft_policy.model, lora), sft_policy.tokenizer, sft_policy.version, sft_policy.optimizer_state)
 
 
@@ -79,24 +81,28 @@ def rollout(
 
     Prompts come in a seeded order, or the curriculum's when `rl.curriculum.enabled` (from
     the pass rates tracked up to the previous round). With `rl.dynamic_sampling.enabled`,
-    groups whose rewards are all equal are dropped and more prompts drawn (DAPO).
+    groups whose rewards are all equal are dropped and more prompts drawn (DAPO). Data-parallel,
+    each rank samples and scores its share of the prompts; every rank gets the whole round.
     """
     seed = round_seed(rl, round_index)
     tasks = tasks_from_frame(train_tasks)
     order = _prompt_order(tasks, rl, seed, pass_rates, domain_levels)
     env = get_domain(domain)
     config = RolloutConfig.from_params(rollout)
+    if config.engine == "vllm" and distributed.world_size() > 1:
+        raise ValueError("rollout.engine: vllm does not run data-parallel yet; use the transformers engine under "
+                         "torchrun, or run vLLM in one process (docs/distributed.md)")
 
     def run(indices: list[int], draw_seed: int) -> tuple[list, dict]:
         return sample_episodes(policy, env, [tasks[i] for i in indices], rl["samples_per_prompt"], config,
                                SamplingConfig(**rl["sampling"], seed=draw_seed), desc=f"round {round_index} rollout")
 
     def score(indices: list[int], episodes: list) -> list[float]:
-        scores, _ = judge(env, [e.score for e in episodes], [e.answer for e in episodes],
-                          [tasks[indices[e.task_index]].reference for e in episodes], verify)
+        scores, _ = judge_sharded(env, [e.score for e in episodes], [e.answer for e in episodes],
+                                  [tasks[indices[e.task_index]].reference for e in episodes], verify)
         return [s.reward for s in scores]
 
-    drawn = draw_groups(run, order, rl["prompts_per_round"], seed, score, DynamicSampling(**rl["dynamic_sampling"]))
+    drawn = draw_groups(distributed.shard_run(run), order, rl["prompts_per_round"], seed, score, DynamicSampling(**rl["dynamic_sampling"]))
     frame = rollouts_frame(drawn.episodes, [tasks[i] for i in drawn.prompt_indices], round_index, policy.version)
     return frame, drawn.stats
 
@@ -126,10 +132,11 @@ def verify(rollouts: pd.DataFrame, train_tasks: pd.DataFrame, domain: dict, veri
     and the scheduler's metrics over the batch (`verify_scheduler_*`: jobs per
     second, retries, timeouts, infra failures, peak queue depth and in-flight, utilisation); a
     check that failed for infrastructure reasons on every attempt has status `infra_error`.
+    Data-parallel, each rank verifies its share of the rows (the pool stats are its own share's).
     """
     references = dict(zip(train_tasks["task_id"], train_tasks["reference"].map(json.loads)))
     start = time.perf_counter()
-    scores, pool_stats = judge(
+    scores, pool_stats = judge_sharded(
         get_domain(domain), verdicts(rollouts), list(rollouts["answer"]), [references[t] for t in rollouts["task_id"]],
         verify,
     )

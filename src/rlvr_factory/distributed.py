@@ -1,0 +1,216 @@
+"""Data-parallel training across processes (torchrun): one full model replica per rank.
+
+Every rank holds the whole round (the same samples, in the same order), so each computes the
+global batch's normalisers (token counts, sequence counts, advantages) itself; it then runs
+forward and backward on its contiguous share of each batch only, the gradients are summed
+across ranks once per optimizer step, and every rank takes the same optimizer step, so the
+weights stay identical and equal those of one process on the global batch (up to the order
+of floating-point sums). Rollouts and verification are sharded the same way and gathered in
+rank order, so every rank sees the round exactly as one process would have assembled it.
+
+With one process (no `WORLD_SIZE`, or 1) every function here is the identity or a no-op, so
+a single-process run does exactly what it did before this module existed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from collections import Counter
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any, Callable, Literal, Sequence, TypeVar, get_args
+
+import torch
+import torch.distributed as dist
+
+from rlvr_factory.rollout.episode import Episode
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+U = TypeVar("U")
+Backend = Literal["auto", "gloo", "nccl"]
+Strategy = Literal["ddp"]
+BACKENDS = get_args(Backend)
+STRATEGIES = get_args(Strategy)
+
+
+@dataclass(frozen=True)
+class DistributedConfig:
+    backend: Backend = "auto"  # auto: nccl when CUDA is available, else gloo | gloo | nccl
+    strategy: Strategy = "ddp"  # ddp: a full replica per rank, gradients summed across ranks once per optimizer step
+    timeout_minutes: float = 30.0  # how long a rank waits for the others at a collective before failing
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"distributed.backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"distributed.strategy must be one of {STRATEGIES}, got {self.strategy!r} "
+                             "(FSDP is not supported yet: a model that fits one device trains with ddp)")
+        if self.timeout_minutes <= 0:
+            raise ValueError(f"distributed.timeout_minutes must be positive, got {self.timeout_minutes}")
+
+
+def launched_world_size() -> int:
+    """The number of processes the launcher (torchrun, or Ray setting the same variables) started: `WORLD_SIZE`, else 1."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def init(config: DistributedConfig = DistributedConfig()) -> bool:
+    """Join the process group the launcher's environment describes (`WORLD_SIZE`, `RANK`, `LOCAL_RANK`,
+    `MASTER_ADDR`, `MASTER_PORT`); returns whether this process now runs data-parallel.
+
+    A single process (no `WORLD_SIZE`, or 1) does nothing; a group already joined is kept.
+    """
+    if launched_world_size() <= 1:
+        return False
+    if not dist.is_initialized():  # a launcher such as Ray Train may have joined the group already
+        _init_process_group(config)
+    log.info("data-parallel: rank %d of %d (%s, %s)", rank(), world_size(), dist.get_backend(), config.strategy)
+    return True
+
+
+def _init_process_group(config: DistributedConfig) -> None:
+    missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        raise RuntimeError(f"WORLD_SIZE={launched_world_size()} but {', '.join(missing)} unset: launch with torchrun "
+                           "(or set RANK, LOCAL_RANK, MASTER_ADDR and MASTER_PORT as torchrun does); see docs/distributed.md")
+    backend = config.backend if config.backend != "auto" else ("nccl" if torch.cuda.is_available() else "gloo")
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise RuntimeError("distributed.backend is nccl but CUDA is unavailable; use gloo (or auto) on CPUs")
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend, timeout=timedelta(minutes=config.timeout_minutes))
+
+
+def world_size() -> int:
+    """Processes training together (1 without a process group)."""
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def rank() -> int:
+    """This process's rank (0 without a process group)."""
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def is_main() -> bool:
+    """Whether this process writes files and logs to MLflow (rank 0)."""
+    return rank() == 0
+
+
+def barrier() -> None:
+    """Wait until every rank gets here (nothing with one process)."""
+    if world_size() > 1:
+        dist.barrier()
+
+
+def shard(n: int) -> slice:
+    """This rank's contiguous share of `n` items; shares differ in size by at most one, rank 0's first."""
+    size, extra = divmod(n, world_size())
+    r = rank()
+    start = r * size + min(r, extra)
+    return slice(start, start + size + (r < extra))
+
+
+def rank_seed(seed: int) -> int:
+    """This rank's sampling seed, derived from the run's `seed` (rank 0 keeps it), so a run is
+    deterministic for a fixed world size."""
+    return seed if rank() == 0 else random.Random(f"{seed}/rank{rank()}").getrandbits(62)
+
+
+def gather(local: list[T]) -> list[T]:
+    """Every rank's list joined in rank order, on every rank (`local` itself with one process)."""
+    if world_size() == 1:
+        return local
+    parts: list[Any] = [None] * world_size()
+    dist.all_gather_object(parts, local)
+    return [item for part in parts for item in part]
+
+
+def map_sharded(fn: Callable[[Sequence[T]], list[U]], items: Sequence[T]) -> list[U]:
+    """`fn(items)`, with each rank applying `fn` to its `shard` and the results gathered in order."""
+    if world_size() == 1:
+        return fn(items)
+    local = items[shard(len(items))]
+    out = gather(list(fn(local)) if len(local) else [])
+    if len(out) != len(items):
+        raise RuntimeError(f"map_sharded: {len(out)} results for {len(items)} items; fn must return one per item")
+    return out
+
+
+def combine_stats(stats: dict[str, float], maxima: Sequence[str] = ()) -> dict[str, float]:
+    """Per-rank partial stats summed over ranks (the keys in `maxima`: their maximum), on every rank."""
+    if world_size() == 1:
+        return stats
+    parts: list[Any] = [None] * world_size()
+    dist.all_gather_object(parts, stats)
+    out: dict[str, float] = {}
+    for part in parts:
+        for key, value in part.items():
+            out[key] = (max(out[key], value) if key in maxima else out[key] + value) if key in out else value
+    return out
+
+
+def sum_gradients(model: torch.nn.Module) -> None:
+    """Sum every trainable parameter's gradient across ranks, in one flat all-reduce (a missing
+    gradient counts as zero), so each rank holds the global batch's gradient."""
+    if world_size() == 1:
+        return
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    at = 0
+    for p in params:
+        p.grad.copy_(flat[at : at + p.numel()].view_as(p.grad))
+        at += p.numel()
+
+
+def sum_value(value: torch.Tensor) -> float:
+    """A scalar summed across ranks (its float with one process)."""
+    if world_size() == 1:
+        return float(value)
+    total = value.detach().clone().reshape(1)
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    return float(total)
+
+
+def sum_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` summed elementwise across ranks, in place (unchanged with one process)."""
+    if world_size() > 1:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def broadcast_parameters(model: torch.nn.Module) -> None:
+    """Every rank's weights (trainable or not) and buffers set to rank 0's."""
+    if world_size() == 1:
+        return
+    with torch.no_grad():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            dist.broadcast(tensor.data, src=0)
+
+
+Run = Callable[[list[int], int], tuple[list[Episode], dict[str, float]]]
+
+
+def shard_run(run: Run) -> Run:
+    """A rollout `run(prompt indices, seed)` whose prompts are split across ranks: each rank samples
+    its share with its `rank_seed`, and the episodes (task-major, `task_index` into the indices) and the
+    summed loop stats are gathered, the same on every rank. With one process, `run` itself."""
+    if world_size() == 1:
+        return run
+
+    def sharded(indices: list[int], seed: int) -> tuple[list[Episode], dict[str, float]]:
+        part = shard(len(indices))
+        episodes, stats = run(indices[part], rank_seed(seed)) if part.stop > part.start else ([], {})
+        local = [replace(e, task_index=e.task_index + part.start) for e in episodes]
+        totals: Counter = Counter()
+        for s in gather([stats]):
+            totals.update(s)
+        return gather(local), dict(totals)
+
+    return sharded
