@@ -165,11 +165,11 @@ class WorkspaceRunner:
         """This process's sandbox for these settings, started; InfraError when none starts."""
         key = (self.verifier.backend, self.verifier.limits, self.verifier.workspace_mb,
                json.dumps(self.verifier.backend_options, sort_keys=True))
-        box = _SANDBOXES.get(key)
-        if box is None:
-            box = _SANDBOXES[key] = Sandbox(self.verifier.backend, self.verifier.limits, self.verifier.workspace_mb,
-                                            **self.verifier.backend_options)
         try:
+            box = _SANDBOXES.get(key)
+            if box is None:
+                box = _SANDBOXES[key] = Sandbox(self.verifier.backend, self.verifier.limits,
+                                                self.verifier.workspace_mb, **self.verifier.backend_options)
             box.start()
         except SandboxStartError as e:
             raise InfraError(f"no sandbox for the workspace: {e}") from e
