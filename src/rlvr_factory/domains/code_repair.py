@@ -153,14 +153,15 @@ class CodeRepairDomain:
     def _raw_row(self, row: Mapping[str, Any], index: int) -> dict[str, Any]:
         reference = {k: row.get(k) for k in ("files", "editable", "visible_tests", "held_out_tests", "test_imports",
                                              "reference_patch") if k in row}
+        error = row.get("_error")
         try:
             prompt = repair_prompt(Workspace.from_reference(reference))
-        except (ValueError, SyntaxError, KeyError, TypeError):
-            prompt = str(row.get("prompt") or "")
+        except (ValueError, SyntaxError, KeyError, TypeError) as e:
+            prompt, error = "", error or f"reference: not a code_repair workspace ({type(e).__name__}: {e})"
         return {"task_id": str(row.get("task_id") or f"{self.name}-jsonl-{index:05d}"), "domain": self.name,
                 "prompt": prompt, "reference": json.dumps(reference, sort_keys=True, default=str),
                 "difficulty": row.get("difficulty"), "split": row.get("split") or "train", "source": str(self.jsonl),
-                "_error": row.get("_error")}
+                "_error": error}
 
     def _row_task(self, row: Mapping[str, Any], index: int) -> Task:
         raw = self._raw_row(row, index)
