@@ -74,7 +74,6 @@ class CodeRepairEnvironment:
 
 def _count(info: dict[str, float], run: TestRun) -> None:
     info["test_runs"] = info.get("test_runs", 0.0) + 1.0
-    info["test_seconds"] = info.get("test_seconds", 0.0) + run.seconds
     info["sandbox_restarts"] = info.get("sandbox_restarts", 0.0) + run.restarts
     info["test_timeouts"] = info.get("test_timeouts", 0.0) + float(run.timed_out)
 
