@@ -35,8 +35,10 @@ def test_tasks_are_mutants_split_by_program_and_episodes_are_judged_by_the_held_
     assert programs.groupby("program")["split"].nunique().max() == 1
     scored = pd.concat(pd.read_parquet(p) for p in (repair_run / "data/07_model_output/scored").glob("*.parquet"))
     assert set(scored["status"]) <= {"ok", "timeout"} and set(scored["num_turns"]) <= {1, 2}
-    info = [json.loads(i) for i in scored["info"]]
-    assert all(i["test_runs"] >= 1 for i in info)  # every episode ran the held-out tests at least
+    breakdowns = [json.loads(b) for b in scored["reward_breakdown"]]
+    assert all(b["edits"] >= 1 for b in breakdowns)  # every episode's actions reached its environment
+    judged = [b for b in breakdowns if "unfinished" not in b]  # the loop cuts truncated actions short
+    assert all(b["test_runs"] >= 1 and "process" in b for b in judged)  # the held-out tests judged the rest
 
 
 def test_round_metrics_show_time_generating_and_in_environments_and_sandbox_restarts(repair_run):
