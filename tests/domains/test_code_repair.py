@@ -62,9 +62,8 @@ def test_mutants_fail_a_test_have_split_tests_and_difficulty_by_mutation_count(d
         assert len(reference["kinds"]) == t.difficulty and set(reference["kinds"]) <= set(KINDS)
         assert not set(reference["visible_tests"]) & set(reference["held_out_tests"])
         assert not any(test in t.prompt for test in reference["held_out_tests"])
-        broken = domain.runner.run(domain_workspace(t), reference["files"], reference["held_out_tests"]
-                                   + reference["visible_tests"])
-        assert not broken.all_passed  # kept only because it fails a test
+        broken = domain.runner.run(domain_workspace(t), reference["files"], reference["held_out_tests"])
+        assert not broken.all_passed  # kept only because it fails a held-out test: no reward unrepaired
         assert domain.score(reference["reference_patch"], reference).correct
 
 
@@ -120,3 +119,17 @@ def test_an_swe_row_is_a_multi_file_task_the_environment_runs(tmp_path):
     env.reset(task)
     step = env.step(task.reference["reference_patch"])
     assert step.done and step.score.correct and step.score.breakdown["tests"] == 2.0
+
+
+@pytest.mark.parametrize("source", ["humaneval", "mbpp"])
+def test_humaneval_and_mbpp_programs_give_mutants_their_reference_patch_repairs(source):
+    from rlvr_factory.domains.loaders import shared_data_dir
+
+    if not (shared_data_dir() / source).is_dir():
+        pytest.skip(f"no shared data at {shared_data_dir()} (set RLVR_SHARED_DATA)")
+    repair = CodeRepairDomain(sources=[source], max_programs=6, mutants_per_program=1)
+    tasks = repair.generate_tasks()
+    assert len(tasks) >= 3 and all(t.source == f"mutant:{source}:seed=0" for t in tasks)
+    for t in tasks[:3]:
+        assert repair.score(t.reference["reference_patch"], t.reference).correct
+        assert not repair.score("DONE", t.reference).correct

@@ -4,7 +4,7 @@ Task sources (`sources`): procedural bugs planted (`code_repair_mutants.py`) in 
 programs of the built-in code tasks (`builtin`), HumanEval (`humaneval`) and MBPP (`mbpp`, both
 read from `$RLVR_SHARED_DATA`), and SWE-style rows from a JSONL file (`jsonl`, each row a
 workspace reference, see `code_repair_workspace.py`). A mutant is kept only when it fails at least
-one of its program's tests (run in the sandbox); its tests are split into visible (shown, run
+one of its program's held-out tests (run in the sandbox), so leaving it unrepaired never earns a reward; its tests are split into visible (shown, run
 after each edit) and held-out (the reward); its difficulty is the number of mutations plus the
 number of files beyond one. Splits are drawn by program, so no held-out task shares its program
 with a train task. The environment is `code_repair_env.CodeRepairEnvironment`.
@@ -137,15 +137,17 @@ class CodeRepairDomain:
 
     def generate_tasks(self) -> list[Task]:
         """The procedural mutants of every source's programs (and the JSONL rows), split by program."""
-        if self._tasks is None:
-            tasks = [t for source in self.sources for t in self._mutants(source)]
-            self._tasks = tasks + [self._row_task(row, i) for i, row in enumerate(self._jsonl_rows())]
-        return list(self._tasks)
+        return self._procedural() + [self._row_task(row, i) for i, row in enumerate(self._jsonl_rows())]
 
     def rows(self) -> list[dict[str, Any]]:
         """The raw task rows for curation (JSONL rows unvalidated: curate quarantines bad ones with reasons)."""
-        procedural = [t.to_row() for s in self.sources for t in self._mutants(s)]
-        return procedural + [self._raw_row(row, i) for i, row in enumerate(self._jsonl_rows())]
+        return [t.to_row() for t in self._procedural()] + [self._raw_row(r, i) for i, r in enumerate(self._jsonl_rows())]
+
+    def _procedural(self) -> list[Task]:
+        """The mutants of every source (built once per domain object: each is checked in the sandbox)."""
+        if self._tasks is None:
+            self._tasks = [t for source in self.sources for t in self._mutants(source)]
+        return list(self._tasks)
 
     def _jsonl_rows(self) -> list[dict[str, Any]]:
         return read_records(self.jsonl) if self.jsonl else []
@@ -204,7 +206,8 @@ class CodeRepairDomain:
                     break
                 picked = rng.sample(candidates, count)
                 broken = mutate(correct, [s.index for s in picked])
-                if broken == correct or broken in seen or self.runner.run(base, {MODULE: broken}, tests).all_passed:
+                if broken == correct or broken in seen or self.runner.run(base, {MODULE: broken},
+                                                                            base.held_out_tests).all_passed:
                     continue
                 seen.add(broken)
                 workspace = Workspace({MODULE: broken}, (MODULE,), base.visible_tests, base.held_out_tests,

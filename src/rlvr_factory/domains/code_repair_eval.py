@@ -31,8 +31,8 @@ def _groups(tasks: Sequence[Task]) -> dict[str, list[int]]:
     return groups
 
 
-def repair_report(policy: Policy, tasks: Sequence[Task], domain: CodeRepairDomain, sampling: SamplingConfig,
-                  k: int, rollout: RolloutConfig) -> dict[str, float]:
+def repair_report(policy: Policy, tasks: Sequence[Task], domain: CodeRepairDomain, verify: dict,
+                  sampling: SamplingConfig, k: int, rollout: RolloutConfig) -> dict[str, float]:
     """`repair@1turn`, `repair@<max_turns>turns` (greedy episodes), `pass@1` and `pass@k` (sampled, within
     `max_turns`), each overall and as `<metric>/<group>` (groups: `difficulty_<d>`, `kind_<mutation kind>`)."""
     if not tasks:
@@ -40,10 +40,10 @@ def repair_report(policy: Policy, tasks: Sequence[Task], domain: CodeRepairDomai
     one_turn = copy.copy(domain)
     one_turn.max_turns = 1
     greedy = replace(sampling, temperature=0.0)
-    first = [v[0].correct for v in sample_verdicts(policy, tasks, one_turn, {}, 1, greedy, "repair@1",
+    first = [v[0].correct for v in sample_verdicts(policy, tasks, one_turn, verify, 1, greedy, "repair@1",
                                                    replace(rollout, max_turns=1))]
-    full = [v[0].correct for v in sample_verdicts(policy, tasks, domain, {}, 1, greedy, "repair@max", rollout)]
-    sampled = sample_verdicts(policy, tasks, domain, {}, k, sampling, f"repair pass@{k}", rollout)
+    full = [v[0].correct for v in sample_verdicts(policy, tasks, domain, verify, 1, greedy, "repair@max", rollout)]
+    sampled = sample_verdicts(policy, tasks, domain, verify, k, sampling, f"repair pass@{k}", rollout)
     report: dict[str, float] = {}
     for name, idx in sorted(_groups(tasks).items()):
         suffix = "" if name == "overall" else f"/{name}"
