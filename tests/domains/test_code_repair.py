@@ -133,3 +133,11 @@ def test_humaneval_and_mbpp_programs_give_mutants_their_reference_patch_repairs(
     for t in tasks[:3]:
         assert repair.score(t.reference["reference_patch"], t.reference).correct
         assert not repair.score("DONE", t.reference).correct
+
+
+def test_the_pretraining_corpus_holds_train_repairs_and_never_a_held_out_task(domain):
+    tasks = domain.generate_tasks()
+    held_out = {t.prompt for t in tasks if t.split != "train"}
+    corpus = domain.pretraining_corpus(50, seed=0, exclude=held_out)
+    assert len(corpus) == 50 and not any(p in doc for doc in corpus for p in held_out)
+    assert any("<<<<<<< SEARCH" in doc for doc in corpus)

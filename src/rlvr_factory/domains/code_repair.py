@@ -19,7 +19,7 @@ import random
 from typing import Any, Mapping, Sequence
 
 from rlvr_factory.domains.base import Task
-from rlvr_factory.domains.code import read_rows
+from rlvr_factory.domains.code import cycled, read_rows
 from rlvr_factory.domains.code_repair_edits import apply_edits, parse_edits
 from rlvr_factory.domains.code_repair_env import CodeRepairEnvironment, environment_settings
 from rlvr_factory.domains.code_repair_mutants import KINDS, canonical, mutate, repair_patch, sites
@@ -250,13 +250,7 @@ class CodeRepairDomain:
         documents += [f"{t.prompt}\n{t.reference['reference_patch']}" for t in train if t.reference.get("reference_patch")]
         if not documents:
             raise ValueError("no train task is left to pre-train on")
-        rng = random.Random(seed)
-        corpus: list[str] = []
-        while len(corpus) < size:
-            batch = list(documents)
-            rng.shuffle(batch)
-            corpus += batch[: size - len(corpus)]
-        return corpus
+        return cycled(documents, size, seed)
 
 
 def _split_by_share(order: list[int], shares: Mapping[str, float]) -> dict[int, str]:
