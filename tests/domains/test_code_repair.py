@@ -100,6 +100,7 @@ def swe_row(**changes):
     ({"visible_tests": ["assert mul(2, 3) =="]}, "SyntaxError"),
     ({"reference_patch": "pkg/core.py\n<<<<<<< SEARCH\nnope\n=======\nx\n>>>>>>> REPLACE\n"}, "does not apply"),
     ({"files": "not a dict"}, "files: expected"),
+    ({"files": {**swe_row()["files"], "tests/../../x.py": "x = 1\n"}}, "files: 'tests/../../x.py' is not a plain"),
 ])
 def test_bad_swe_rows_are_quarantined_with_their_reason(tmp_path, changes, reason):
     path = tmp_path / "swe.jsonl"

@@ -47,13 +47,21 @@ class Block:
         return f"{self.path}\n{SEARCH}\n{self.search}{DIVIDER}\n{self.replace}{REPLACE}\n"
 
 
-def path_problem(path: str, editable: Sequence[str]) -> str | None:
-    """Why `path` may not be edited (None: it may): outside the workspace, a test or conftest file,
-    or not one of the `editable` files."""
+def location_problem(path: str) -> str | None:
+    """Why `path` is not a plain relative path inside the workspace (None: it is)."""
     if not path or path.startswith("/") or "\\" in path or path != posixpath.normpath(path):
         return f"{path!r} is not a plain relative path inside the workspace"
     if path.split("/")[0] == "..":
         return f"{path!r} leaves the workspace"
+    return None
+
+
+def path_problem(path: str, editable: Sequence[str]) -> str | None:
+    """Why `path` may not be edited (None: it may): outside the workspace, a test or conftest file,
+    or not one of the `editable` files."""
+    location = location_problem(path)
+    if location is not None:
+        return location
     if posixpath.basename(path) == "conftest.py":
         return f"{path!r}: conftest files cannot be edited"
     if _TEST_FILE.search(path):

@@ -27,7 +27,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from rlvr_factory.domains.code_repair_edits import EditError, apply_edits, is_test_path, parse_edits, path_problem
+from rlvr_factory.domains.code_repair_edits import (
+    EditError, apply_edits, is_test_path, location_problem, parse_edits, path_problem,
+)
 from rlvr_factory.sandbox import CandidateError, ProgramEnded, Sandbox, SandboxError, SandboxStartError, Snapshot
 from rlvr_factory.scheduler import InfraError
 from rlvr_factory.verifiers.code import CodeTask, CodeVerifier, hack_signs, run_tests
@@ -60,7 +62,7 @@ class Workspace:
             raise ValueError("files: expected a non-empty object of path -> text")
         editable = _strings(reference["editable"], "editable")
         for path in files:
-            problem = path_problem(path, list(files)) if not is_test_path(path) else None
+            problem = location_problem(path)
             if problem is not None:
                 raise ValueError(f"files: {problem}")
         for path in editable:
