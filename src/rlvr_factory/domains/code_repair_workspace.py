@@ -189,8 +189,10 @@ class WorkspaceRunner:
             except SandboxStartError as e:
                 raise InfraError(f"the sandbox did not start: {e}") from e
             except SandboxError as e:
-                if attempt:
-                    run = TestRun([False] * len(tests), error=f"the run took its sandbox down ({e})")
+                if attempt:  # lost twice: the workspace takes its sandbox down, and scores nothing
+                    error = f"the run took its sandbox down ({e})"
+                    run = TestRun([False] * len(tests), error=error, score=Score(
+                        0.0, False, breakdown={"outcome": 0.0, "process": 0.0, "hack_suspected": 1.0}, message=error))
                 self.sandbox()
         run.seconds, run.restarts = time.perf_counter() - started, box.starts - starts
         return run
