@@ -30,10 +30,12 @@ def test_each_kind_plants_its_typical_mistake(kind, changed):
 
 def test_site_numbers_stay_put_when_several_mutations_apply_at_once():
     found = sites(PRIME)
-    first, later = found[0], found[-1]
-    together = mutate(PRIME, [first.index, later.index])
-    assert together == mutate(mutate(PRIME, [first.index]), [s.index for s in sites(mutate(PRIME, [first.index]))
-                                                              if s.kind == later.kind][-1:]) or together.count("\n") < 7
+    deleted = next(s for s in found if s.kind == "deleted_branch")  # the first `if` (n < 2)
+    last = found[-1]  # the final `return True`
+    assert last.kind == "wrong_constant"
+    together = mutate(PRIME, [deleted.index, last.index])
+    assert "n < 2" not in together and together.rstrip().endswith("return False")
+    assert together.count("\n") == canonical(PRIME).count("\n") - 2
 
 
 def test_the_repair_patch_undoes_the_mutations():
