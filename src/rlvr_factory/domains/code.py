@@ -71,6 +71,17 @@ def row_to_task(row: Mapping[str, Any], source: str) -> Task:
                 difficulty=difficulty, split="", source=source)
 
 
+def cycled(documents: list[str], size: int, seed: int) -> list[str]:
+    """`size` documents: passes over `documents`, each in its own seeded order (the last pass cut short)."""
+    rng = random.Random(seed)
+    corpus: list[str] = []
+    while len(corpus) < size:
+        batch = list(documents)
+        rng.shuffle(batch)
+        corpus += batch[: size - len(corpus)]
+    return corpus
+
+
 class CodeDomain:
     """Python function tasks with tests; the reward runs them in a sandbox (see verifiers/code.py)."""
 
@@ -134,10 +145,4 @@ class CodeDomain:
         ]
         if not documents:
             raise ValueError("every task of the source is held out; nothing is left to pre-train on")
-        rng = random.Random(seed)
-        corpus: list[str] = []
-        while len(corpus) < size:
-            batch = list(documents)
-            rng.shuffle(batch)
-            corpus += batch[: size - len(corpus)]
-        return corpus
+        return cycled(documents, size, seed)

@@ -108,7 +108,7 @@ def run_episodes(
     config: RolloutConfig, sampling: SamplingConfig,
 ) -> tuple[list[Episode], dict[str, float]]:
     """`samples` episodes of each task (task-major order) and the loop's stats: `rollout_seconds`,
-    `tokens_per_second`, `env_seconds` and the engine's counts (`engine_seconds`, `engine_new_tokens`,
+    `tokens_per_second`, `env_seconds`, `env_steps` (environment steps) and `env_steps_per_second`, and the engine's counts (`engine_seconds`, `engine_new_tokens`,
     `engine_prefill_tokens` and `engine_cached_tokens`, also per turn as `engine_prefill_tokens_turn_<t>`,
     and `engine_cache_hit_rate`, the share of context tokens a cache held)."""
     start = time.perf_counter()
@@ -134,6 +134,7 @@ def run_episodes(
             _count(stats, engine_stats, turn)
             actions = [chat.tokenizer.decode(g.token_ids, skip_special_tokens=True) for g in generations]
             stepped = executor.run("step", [envs[k] for k in contexts], actions)
+            stats["env_steps"] += len(contexts)
             for (k, context), g, action, (env, result) in zip(contexts.items(), generations, actions, stepped):
                 envs[k] = env
                 episodes[k].turns.append(Turn(action, g.token_ids, g.logprobs, g.finish_reason,
@@ -144,6 +145,7 @@ def run_episodes(
     context_tokens = stats["engine_prefill_tokens"] + stats["engine_cached_tokens"]
     stats.update(rollout_seconds=time.perf_counter() - start,
                  tokens_per_second=stats["engine_new_tokens"] / max(stats["engine_seconds"], 1e-9),
+                 env_steps_per_second=stats["env_steps"] / max(stats["env_seconds"], 1e-9),
                  engine_cache_hit_rate=stats["engine_cached_tokens"] / max(context_tokens, 1))
     return episodes, dict(stats)
 

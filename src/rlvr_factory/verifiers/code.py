@@ -462,9 +462,10 @@ class CodeVerifier:
                 logger.warning("the sandbox was lost during a check (attempt %d): %s", attempt + 1, e)
         else:  # lost twice: the program takes its sandbox down
             return self._score(0.0, 0.0, True, hack_suspected=1.0, tests=0.0, passed=0.0)
-        return self._verdict_score(verdict, signs)
+        return self.verdict_score(verdict, signs)
 
-    def _verdict_score(self, verdict: _Verdict, signs: list[str]) -> Score:
+    def verdict_score(self, verdict: _Verdict, signs: list[str]) -> Score:
+        """The reward for what `run_tests` found, with `signs` (from `hack_signs`) marking a suspected hack."""
         passed = sum(verdict.passed.values())
         process = 1.0 if verdict.outcome else passed / max(verdict.total, 1)
         ended = verdict.ended.result if verdict.ended is not None else None

@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 # Operational stats (wall-clock timings, the verifier pool's counters, which depend on what the
 # process verified before, the engine's token counts) go to MLflow but not into the round's stats
 # on disk, so a rerun of the same commit and configuration writes the same bytes.
-OPERATIONAL_KEYS = ("rollout_seconds", "update_seconds", "eval_seconds", "tokens_per_second", "env_seconds")
+OPERATIONAL_KEYS = ("rollout_seconds", "update_seconds", "eval_seconds", "tokens_per_second", "env_seconds",
+                    "env_steps_per_second")
 OPERATIONAL_PREFIX = ("verify_", "engine_")
 
 

@@ -1,0 +1,266 @@
+"""The code-repair domain: a workspace with failing tests; the model edits it until the tests pass.
+
+Task sources (`sources`): procedural bugs planted (`code_repair_mutants.py`) in the correct
+programs of the built-in code tasks (`builtin`), HumanEval (`humaneval`) and MBPP (`mbpp`, both
+read from `$RLVR_SHARED_DATA`), and SWE-style rows from a JSONL file (`jsonl`, each row a
+workspace reference, see `code_repair_workspace.py`). A mutant is kept only when it fails at least
+one of its program's held-out tests (run in the sandbox), so leaving it unrepaired never earns a reward; its tests are split into visible (shown, run
+after each edit) and held-out (the reward); its difficulty is the number of mutations plus the
+number of files beyond one. Splits are drawn by program, so no held-out task shares its program
+with a train task. The environment is `code_repair_env.CodeRepairEnvironment`.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import random
+from typing import Any, Mapping, Sequence
+
+from rlvr_factory.domains.base import Task
+from rlvr_factory.domains.code import cycled, read_rows
+from rlvr_factory.domains.code_repair_edits import apply_edits, parse_edits
+from rlvr_factory.domains.code_repair_env import CodeRepairEnvironment, environment_settings
+from rlvr_factory.domains.code_repair_mutants import KINDS, canonical, mutate, repair_patch, sites
+from rlvr_factory.domains.code_repair_workspace import Workspace, WorkspaceRunner
+from rlvr_factory.domains.loaders import read_records
+from rlvr_factory.verifiers.score import Score
+
+PROGRAM_SOURCES = {"builtin": "builtin", "humaneval": "shared:humaneval/HumanEval.jsonl.gz",
+                   "mbpp": "shared:mbpp/sanitized.jsonl"}
+MODULE = "solution.py"
+ASK = "Answer with SEARCH/REPLACE blocks that fix the bug, or DONE."
+
+
+class CodeRepairVerifier:
+    """The reward of a code-repair episode: the held-out tests on the final workspace.
+
+    `score(completion, gold)` judges a one-shot repair: the completion's edits applied to the
+    initial workspace (`gold` is the reference's JSON); the environment judges whole episodes.
+    """
+
+    def __init__(self, runner: WorkspaceRunner) -> None:
+        self.runner = runner
+
+    def quick_score(self, completion: str, gold: str) -> Score | None:
+        """None: every repair is judged by running the held-out tests."""
+        return None
+
+    def score(self, completion: str, gold: str) -> Score:
+        workspace = Workspace.from_reference(json.loads(gold))
+        try:
+            files = apply_edits(workspace.files, parse_edits(completion), workspace.editable)
+        except ValueError:
+            files = workspace.files
+        return self.runner.run(workspace, files, workspace.held_out_tests).score
+
+
+def program_tests(row: Mapping[str, Any]) -> tuple[str, list[str], list[str]] | None:
+    """A code task row's correct program, its tests as assert lines calling the function by name, and
+    the test imports; None when its tests are not plain asserts (a HumanEval check with loops, say)."""
+    if {"prompt", "test", "entry_point"} <= row.keys():
+        check = next((n for n in ast.parse(row["test"]).body if isinstance(n, ast.FunctionDef) and n.name == "check"),
+                     None)
+        if check is None or not all(isinstance(s, ast.Assert) for s in check.body):
+            return None
+        rename = check.args.args[0].arg if check.args.args else "candidate"
+        tests = [ast.unparse(_Rename(rename, row["entry_point"]).visit(s)) for s in check.body]
+        return row["prompt"] + row.get("canonical_solution", ""), tests, []
+    if {"code", "test_list"} <= row.keys():
+        return row["code"], list(row["test_list"]), list(row.get("test_imports") or [])
+    return None
+
+
+class _Rename(ast.NodeTransformer):
+    def __init__(self, old: str, new: str) -> None:
+        self.old, self.new = old, new
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        return ast.Name(self.new, node.ctx) if node.id == self.old else node
+
+
+def repair_prompt(workspace: Workspace) -> str:
+    """The task's prompt: the editable files, the visible tests and the answer format."""
+    shown = "".join(f"{path}\n{workspace.files[path]}" for path in workspace.editable)
+    tests = "\n".join(workspace.visible_tests)
+    return f"{shown}tests:\n{tests}\n{ASK}"
+
+
+class CodeRepairDomain:
+    """Workspaces with failing tests; an episode edits one until its tests pass (see the module docstring)."""
+
+    name = "code_repair"
+    report_breakdown = ("process",)  # evaluation also reports the held-out tests' pass fraction
+
+    def __init__(
+        self,
+        sources: Sequence[str] = ("builtin",),
+        jsonl: str | None = None,
+        splits: Mapping[str, float] | None = None,
+        seed: int = 0,
+        kinds: Sequence[str] = KINDS,
+        mutations: Sequence[int] = (1,),
+        mutants_per_program: int = 4,
+        max_programs: int | None = None,
+        max_tests: int = 6,
+        max_turns: int = 3,
+        environment: Mapping[str, Any] | None = None,
+        verifier: Mapping[str, Any] | None = None,
+    ) -> None:
+        unknown = sorted(set(sources) - set(PROGRAM_SOURCES))
+        if unknown:
+            raise ValueError(f"unknown code_repair sources {unknown}; choose from {sorted(PROGRAM_SOURCES)}")
+        self.sources = tuple(sources)  # programs to plant bugs in: builtin | humaneval | mbpp
+        self.jsonl = jsonl  # SWE-style rows (workspace references), added to the procedural tasks
+        self.splits = dict(splits or {"train": 0.7, "validation": 0.1, "test": 0.2})  # share of programs per split
+        self.seed = seed  # mutation sites and splits
+        if not kinds or set(kinds) - set(KINDS):
+            raise ValueError(f"kinds must be a non-empty subset of {list(KINDS)}, got {list(kinds)}")
+        self.kinds = tuple(kinds)  # mutation kinds planted
+        if not mutations or min(mutations) < 1:
+            raise ValueError(f"mutations must list counts >= 1, got {list(mutations)}")
+        self.mutations = tuple(int(m) for m in mutations)  # mutations per mutant (difficulty)
+        self.mutants_per_program = mutants_per_program  # kept mutants per program and mutation count, at most
+        self.max_programs = max_programs  # per source, the first ones (null: all)
+        self.max_tests = max_tests  # tests per program kept (visible: the first half)
+        self.max_turns = max_turns  # actions per episode in the environment
+        self.environment_settings = environment_settings(environment)
+        self.runner = WorkspaceRunner(verifier)
+        self.verifier = CodeRepairVerifier(self.runner)
+        self._tasks: list[Task] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_tasks": None}
+
+    # -- tasks ---------------------------------------------------------------------------------------
+
+    def generate_tasks(self) -> list[Task]:
+        """The procedural mutants of every source's programs (and the JSONL rows), split by program."""
+        return self._procedural() + [self._row_task(row, i) for i, row in enumerate(self._jsonl_rows())]
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The raw task rows for curation (JSONL rows unvalidated: curate quarantines bad ones with reasons)."""
+        return [t.to_row() for t in self._procedural()] + [self._raw_row(r, i) for i, r in enumerate(self._jsonl_rows())]
+
+    def _procedural(self) -> list[Task]:
+        """The mutants of every source (built once per domain object: each is checked in the sandbox)."""
+        if self._tasks is None:
+            self._tasks = [t for source in self.sources for t in self._mutants(source)]
+        return list(self._tasks)
+
+    def _jsonl_rows(self) -> list[dict[str, Any]]:
+        return read_records(self.jsonl) if self.jsonl else []
+
+    def _raw_row(self, row: Mapping[str, Any], index: int) -> dict[str, Any]:
+        reference = {k: row.get(k) for k in ("files", "editable", "visible_tests", "held_out_tests", "test_imports",
+                                             "reference_patch") if k in row}
+        error = row.get("_error")
+        try:
+            prompt = repair_prompt(Workspace.from_reference(reference))
+        except (ValueError, SyntaxError, KeyError, TypeError) as e:
+            prompt, error = "", error or f"reference: not a code_repair workspace ({type(e).__name__}: {e})"
+        return {"task_id": str(row.get("task_id") or f"{self.name}-jsonl-{index:05d}"), "domain": self.name,
+                "prompt": prompt, "reference": json.dumps(reference, sort_keys=True, default=str),
+                "difficulty": row.get("difficulty"), "split": row.get("split") or "train", "source": str(self.jsonl),
+                "_error": error}
+
+    def _row_task(self, row: Mapping[str, Any], index: int) -> Task:
+        raw = self._raw_row(row, index)
+        workspace = Workspace.from_reference(json.loads(raw["reference"]))
+        difficulty = raw["difficulty"] or len(workspace.editable)
+        return Task(raw["task_id"], self.name, raw["prompt"], workspace.as_reference(), int(difficulty),
+                    raw["split"], raw["source"])
+
+    def _mutants(self, source: str) -> list[Task]:
+        rows = read_rows(PROGRAM_SOURCES[source])[: self.max_programs]
+        programs = [(str(row.get("task_id")), found) for row in rows if (found := program_tests(row)) is not None]
+        rng = random.Random(f"{self.seed}:{source}")
+        order = list(range(len(programs)))
+        rng.shuffle(order)
+        split_of = _split_by_share(order, self.splits)
+        tasks = []
+        for index, (program_id, (program, tests, imports)) in enumerate(programs):
+            tasks += self._program_mutants(source, program_id, program, tests[: self.max_tests], imports,
+                                           split_of[index], random.Random(f"{self.seed}:{source}:{program_id}"))
+        return tasks
+
+    def _program_mutants(self, source: str, program_id: str, program: str, tests: list[str], imports: list[str],
+                         split: str, rng: random.Random) -> list[Task]:
+        if len(tests) < 2:
+            return []
+        try:
+            correct = canonical(program)
+        except (SyntaxError, ValueError):
+            return []
+        half = math.ceil(len(tests) / 2)
+        base = Workspace({MODULE: correct}, (MODULE,), tuple(tests[:half]), tuple(tests[half:]), tuple(imports))
+        if not self.runner.run(base, base.files, tests).all_passed:
+            return []  # the program does not pass its own tests here (a source problem, not a bug to plant)
+        candidates = [s for s in sites(correct) if s.kind in self.kinds]
+        tasks, seen = [], set()
+        for count in self.mutations:
+            kept = 0
+            for _ in range(4 * self.mutants_per_program):
+                if kept == self.mutants_per_program or len(candidates) < count:
+                    break
+                picked = rng.sample(candidates, count)
+                broken = mutate(correct, [s.index for s in picked])
+                if broken == correct or broken in seen or self.runner.run(base, {MODULE: broken},
+                                                                            base.held_out_tests).all_passed:
+                    continue
+                seen.add(broken)
+                workspace = Workspace({MODULE: broken}, (MODULE,), base.visible_tests, base.held_out_tests,
+                                      base.test_imports, repair_patch(MODULE, broken, correct))
+                reference = {**workspace.as_reference(), "kinds": sorted(s.kind for s in picked),
+                             "program": f"{source}/{program_id}"}
+                task_id = f"{self.name}-{source}-{program_id.replace('/', '_')}-m{count}-{kept}"
+                tasks.append(Task(task_id, self.name, repair_prompt(workspace), reference, count, split,
+                                  f"mutant:{source}:seed={self.seed}"))
+                kept += 1
+        return tasks
+
+    # -- the triple package --------------------------------------------------------------------------
+
+    @staticmethod
+    def gold(reference: dict[str, Any]) -> str:
+        """The workspace as the verifier reads it (the reference patch left out); ValueError when it is invalid."""
+        workspace = Workspace.from_reference(reference)
+        return json.dumps({**workspace.as_reference(), "reference_patch": ""}, sort_keys=True)
+
+    def environment(self) -> CodeRepairEnvironment:
+        """A fresh repair environment (episodes of up to `max_turns` edits)."""
+        return CodeRepairEnvironment(self.runner, self.max_turns, **self.environment_settings)
+
+    def demonstration(self, task: Task, worked: bool = True) -> str:
+        """The reference patch: the blocks that repair the workspace."""
+        return task.reference["reference_patch"]
+
+    def score(self, completion: str, reference: dict[str, Any]) -> Score:
+        """A one-shot repair judged by the held-out tests."""
+        return self.verifier.score(completion, self.gold(reference))
+
+    def pretraining_corpus(self, size: int, seed: int, exclude: set[str]) -> list[str]:
+        """The repaired programs of the train split's tasks and the tasks with their repair, none whose
+        prompt is in `exclude`, cycled to `size`."""
+        train = [t for t in self.generate_tasks() if t.split == "train" and t.prompt not in exclude]
+        repaired = [apply_edits(t.reference["files"], parse_edits(t.reference["reference_patch"], 1 << 20),
+                                t.reference["editable"]) for t in train if t.reference.get("reference_patch")]
+        documents = sorted({text for files in repaired for text in files.values()})
+        documents += [f"{t.prompt}\n{t.reference['reference_patch']}" for t in train if t.reference.get("reference_patch")]
+        if not documents:
+            raise ValueError("no train task is left to pre-train on")
+        return cycled(documents, size, seed)
+
+
+def _split_by_share(order: list[int], shares: Mapping[str, float]) -> dict[int, str]:
+    """Each index's split: `order` cut into consecutive runs by the splits' shares (the last takes the rest)."""
+    total = sum(shares.values())
+    out: dict[int, str] = {}
+    start = 0
+    names = list(shares)
+    for k, name in enumerate(names):
+        end = len(order) if k == len(names) - 1 else start + round(len(order) * shares[name] / total)
+        out.update({i: name for i in order[start:end]})
+        start = end
+    return out

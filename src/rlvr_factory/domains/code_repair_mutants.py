@@ -1,0 +1,170 @@
+"""Procedural bugs: typical mistakes planted in correct programs by rewriting their syntax tree.
+
+Kinds (`KINDS`): `operator_swap` (+ for -, and for or, == for !=, < for >, ...), `off_by_one`
+(< for <=, an index, slice bound or range argument moved by one), `wrong_constant` (another
+number, True for False), `swapped_args` (the first two arguments of a call exchanged) and
+`deleted_branch` (an `if` statement removed). `sites(source)` lists where each kind applies,
+in a fixed order, and `mutate(source, picks)` applies chosen sites; the mutant is rendered with
+`ast.unparse`, as is the correct program it is compared with, so the two differ only where a
+mutation is. `repair_patch` writes the search/replace blocks that undo the mutations.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import difflib
+from dataclasses import dataclass
+from typing import Sequence
+
+from rlvr_factory.domains.code_repair_edits import Block, apply_edits
+
+KINDS = ("operator_swap", "off_by_one", "wrong_constant", "swapped_args", "deleted_branch")
+_SWAPS: dict[type, type] = {
+    ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Add, ast.Div: ast.Mult, ast.FloorDiv: ast.Mod,
+    ast.Mod: ast.FloorDiv, ast.And: ast.Or, ast.Or: ast.And, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
+    ast.Lt: ast.Gt, ast.Gt: ast.Lt, ast.LtE: ast.GtE, ast.GtE: ast.LtE, ast.In: ast.NotIn, ast.NotIn: ast.In,
+    ast.Is: ast.IsNot, ast.IsNot: ast.Is,
+}
+_LOOSER: dict[type, type] = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt}
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where one mutation applies: its kind and its position among the program's sites (`sites` order)."""
+
+    kind: str
+    index: int
+
+
+class _Mutator(ast.NodeTransformer):
+    """Walks a tree in a fixed order, numbering the mutation sites; applies those in `picks`."""
+
+    def __init__(self, picks: set[int] = frozenset()) -> None:
+        self.picks, self.found = picks, []
+
+    def _site(self, kind: str) -> bool:
+        self.found.append(Site(kind, len(self.found)))
+        return self.found[-1].index in self.picks
+
+    def _bounded(self, node: ast.AST) -> bool:  # an int constant that is an index, slice bound or range argument
+        return getattr(node, "_rlvr_bound", False)
+
+    def visit_Expr(self, node: ast.Expr) -> ast.AST:
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return node  # a docstring: nothing to mutate
+        return self.generic_visit(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        for part in ([node.slice.lower, node.slice.upper] if isinstance(node.slice, ast.Slice) else [node.slice]):
+            if isinstance(part, ast.Constant):
+                part._rlvr_bound = True
+        return self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        if isinstance(node.func, ast.Name) and node.func.id == "range":
+            for arg in node.args:
+                if isinstance(arg, ast.Constant):
+                    arg._rlvr_bound = True
+        self.generic_visit(node)
+        if len(node.args) >= 2 and not any(isinstance(a, ast.Starred) for a in node.args[:2]) \
+                and ast.dump(node.args[0]) != ast.dump(node.args[1]) and self._site("swapped_args"):
+            node.args[0], node.args[1] = node.args[1], node.args[0]
+        return node
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if type(node.op) in _SWAPS and self._site("operator_swap"):
+            node.op = _SWAPS[type(node.op)]()
+        return node
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> ast.AST:
+        self.generic_visit(node)
+        if self._site("operator_swap"):
+            node.op = _SWAPS[type(node.op)]()
+        return node
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        self.generic_visit(node)
+        op = type(node.ops[0])
+        if op in _SWAPS and self._site("operator_swap"):
+            node.ops[0] = _SWAPS[op]()
+        if op in _LOOSER and self._site("off_by_one"):
+            node.ops[0] = _LOOSER[op]()
+        return node
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        value = node.value
+        if isinstance(value, bool):
+            if self._site("wrong_constant"):
+                node.value = not value
+        elif isinstance(value, (int, float)) and not isinstance(value, complex):
+            kind = "off_by_one" if self._bounded(node) and isinstance(value, int) else "wrong_constant"
+            if self._site(kind):
+                node.value = value + 1 if kind == "off_by_one" or value == 0 else value * 2
+        return node
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        deleted: set[int] = set()  # removed after the children are visited, so that site numbers never shift
+        for name in ("body", "orelse"):
+            statements = getattr(node, name, None)
+            if isinstance(statements, list) and len(statements) > 1 and not isinstance(node, ast.Module):
+                deleted |= {id(s) for s in statements if isinstance(s, ast.If) and self._site("deleted_branch")}
+        super().generic_visit(node)
+        for name in ("body", "orelse"):
+            statements = getattr(node, name, None)
+            if deleted and isinstance(statements, list):
+                setattr(node, name, [s for s in statements if id(s) not in deleted])
+        return node
+
+
+def sites(source: str) -> list[Site]:
+    """Every place a mutation applies in the program, in a fixed order."""
+    mutator = _Mutator()
+    mutator.visit(ast.parse(source))
+    return mutator.found
+
+
+def mutate(source: str, picks: Sequence[int]) -> str:
+    """The program with the mutations at the sites numbered `picks` applied, rendered by `ast.unparse`."""
+    mutator = _Mutator(set(picks))
+    tree = ast.fix_missing_locations(mutator.visit(copy.deepcopy(ast.parse(source))))
+    return ast.unparse(tree) + "\n"
+
+
+def canonical(source: str) -> str:
+    """The program as `ast.unparse` renders it (what mutants are compared with)."""
+    return ast.unparse(ast.parse(source)) + "\n"
+
+
+def repair_patch(path: str, broken: str, fixed: str) -> str:
+    """Search/replace blocks that turn `broken` into `fixed` (one per changed hunk, each search
+    widened by context lines until it occurs once); one block for the whole span when hunks interact."""
+    old, new = broken.splitlines(keepends=True), fixed.splitlines(keepends=True)
+    hunks = [op for op in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes() if op[0] != "equal"]
+    if not hunks:
+        raise ValueError("the two programs are the same; there is nothing to repair")
+    groups = [[h] for h in hunks]
+    blocks = _blocks(path, old, new, groups, broken)
+    try:
+        if apply_edits({path: broken}, blocks, [path])[path] == fixed:
+            return "".join(b.render() for b in blocks)
+    except ValueError:
+        pass
+    return "".join(b.render() for b in _blocks(path, old, new, [hunks], broken))
+
+
+def _blocks(path: str, old: list[str], new: list[str], groups: list[list[tuple]], text: str) -> list[Block]:
+    blocks = []
+    for group in groups:
+        i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
+        before = 0
+        while True:  # widen by a line above and below until the search text is unique (or the file is used)
+            lo, hi = max(i1 - before, 0), min(i2 + before, len(old))
+            search = "".join(old[lo:hi])
+            if (search.strip() and text.count(search) == 1) or (lo == 0 and hi == len(old)):
+                break
+            before += 1
+        replace = "".join(old[lo:i1]) + "".join(new[j1:j2]) + "".join(old[i2:hi])
+        blocks.append(Block(path, search, replace))
+    return blocks

@@ -1,0 +1,146 @@
+"""The code-repair domain: procedural mutants of correct programs, SWE-style JSONL rows validated in curate."""
+
+import json
+
+import pytest
+
+from rlvr_factory.domains import get_domain
+from rlvr_factory.domains.code_repair import CodeRepairDomain, program_tests
+from rlvr_factory.domains.code_repair_edits import apply_edits, parse_edits
+from rlvr_factory.domains.code_repair_mutants import KINDS, canonical, mutate, repair_patch, sites
+from rlvr_factory.domains.curation import validate
+from rlvr_factory.domains.code_tasks import BUILTIN_TASKS
+
+PRIME = "def is_prime(n):\n    if n < 2:\n        return False\n    for i in range(2, n):\n        if n % i == 0:\n            return False\n    return True\n"
+
+
+@pytest.mark.parametrize("kind, changed", [
+    ("operator_swap", "n > 2"), ("off_by_one", "n <= 2"), ("wrong_constant", "n < 4"),
+    ("swapped_args", "range(n, 2)"), ("deleted_branch", None),
+])
+def test_each_kind_plants_its_typical_mistake(kind, changed):
+    site = next(s for s in sites(PRIME) if s.kind == kind)
+    broken = mutate(PRIME, [site.index])
+    assert broken != canonical(PRIME)
+    if changed:
+        assert changed in broken
+    else:
+        assert broken.count("if ") == 1
+
+
+def test_site_numbers_stay_put_when_several_mutations_apply_at_once():
+    found = sites(PRIME)
+    deleted = next(s for s in found if s.kind == "deleted_branch")  # the first `if` (n < 2)
+    last = found[-1]  # the final `return True`
+    assert last.kind == "wrong_constant"
+    together = mutate(PRIME, [deleted.index, last.index])
+    assert "n < 2" not in together and together.rstrip().endswith("return False")
+    assert together.count("\n") == canonical(PRIME).count("\n") - 2
+
+
+def test_the_repair_patch_undoes_the_mutations():
+    correct = canonical(PRIME)
+    for site in sites(PRIME):
+        broken = mutate(PRIME, [site.index])
+        patch = repair_patch("solution.py", broken, correct)
+        assert apply_edits({"solution.py": broken}, parse_edits(patch), ["solution.py"])["solution.py"] == correct
+
+
+def test_builtin_rows_give_their_tests_as_named_assert_lines():
+    program, tests, imports = program_tests(BUILTIN_TASKS[0])
+    assert tests[0] == "assert add(2, 3) == 5" and imports == [] and "def add(a, b)" in program
+
+
+@pytest.fixture(scope="module")
+def domain():
+    return CodeRepairDomain(max_programs=10, mutants_per_program=2, mutations=[1, 2], seed=0)
+
+
+def test_mutants_fail_a_test_have_split_tests_and_difficulty_by_mutation_count(domain):
+    tasks = domain.generate_tasks()
+    assert tasks and {t.difficulty for t in tasks} == {1, 2}
+    for t in tasks:
+        reference = t.reference
+        assert len(reference["kinds"]) == t.difficulty and set(reference["kinds"]) <= set(KINDS)
+        assert not set(reference["visible_tests"]) & set(reference["held_out_tests"])
+        assert not any(test in t.prompt for test in reference["held_out_tests"])
+        broken = domain.runner.run(domain_workspace(t), reference["files"], reference["held_out_tests"])
+        assert not broken.all_passed  # kept only because it fails a held-out test: no reward unrepaired
+        assert domain.score(reference["reference_patch"], reference).correct
+
+
+def domain_workspace(task):
+    from rlvr_factory.domains.code_repair_workspace import Workspace
+    return Workspace.from_reference(task.reference)
+
+
+def test_splits_never_share_a_program_and_are_reproducible(domain):
+    tasks = domain.generate_tasks()
+    split_of = {}
+    for t in tasks:
+        assert split_of.setdefault(t.reference["program"], t.split) == t.split
+    again = CodeRepairDomain(max_programs=10, mutants_per_program=2, mutations=[1, 2], seed=0).generate_tasks()
+    assert [t.to_row() for t in again] == [t.to_row() for t in tasks]
+
+
+def swe_row(**changes):
+    row = {"task_id": "swe-1", "split": "test",
+           "files": {"pkg/core.py": "def mul(a, b):\n    return a + b\n", "pkg/__init__.py": "from pkg.core import mul\n",
+                     "tests/test_core.py": "assert mul(2, 3) == 6\n"},
+           "editable": ["pkg/core.py"], "visible_tests": ["assert mul(2, 3) == 6"],
+           "held_out_tests": ["assert mul(4, 5) == 20", "assert mul(0, 9) == 0"],
+           "reference_patch": "pkg/core.py\n<<<<<<< SEARCH\n    return a + b\n=======\n    return a * b\n>>>>>>> REPLACE\n"}
+    row.update(changes)
+    return row
+
+
+@pytest.mark.parametrize("changes, reason", [
+    ({"editable": ["tests/test_core.py"]}, "test files are read-only"),
+    ({"editable": ["../escape.py"]}, "leaves the workspace"),
+    ({"files": {"/etc/passwd.py": "x = 1\n"}, "editable": ["/etc/passwd.py"]}, "not a plain relative path"),
+    ({"held_out_tests": []}, "held_out_tests: expected a non-empty list"),
+    ({"visible_tests": ["assert mul(2, 3) =="]}, "SyntaxError"),
+    ({"reference_patch": "pkg/core.py\n<<<<<<< SEARCH\nnope\n=======\nx\n>>>>>>> REPLACE\n"}, "does not apply"),
+    ({"files": "not a dict"}, "files: expected"),
+    ({"files": {**swe_row()["files"], "tests/../../x.py": "x = 1\n"}}, "files: 'tests/../../x.py' is not a plain"),
+])
+def test_bad_swe_rows_are_quarantined_with_their_reason(tmp_path, changes, reason):
+    path = tmp_path / "swe.jsonl"
+    path.write_text(json.dumps(swe_row()) + "\n" + json.dumps(swe_row(task_id="swe-2", **changes)) + "\n")
+    repair = get_domain({"name": "code_repair", "sources": [], "jsonl": str(path)})
+    kept, quarantined = validate(repair.rows(), {"code_repair": repair})
+    assert [t.task_id for t in kept] == ["swe-1"]
+    assert len(quarantined) == 1 and reason in quarantined[0]["reason"]
+
+
+def test_an_swe_row_is_a_multi_file_task_the_environment_runs(tmp_path):
+    path = tmp_path / "swe.jsonl"
+    path.write_text(json.dumps(swe_row()) + "\n")
+    repair = get_domain({"name": "code_repair", "sources": [], "jsonl": str(path)})
+    [task] = repair.generate_tasks()
+    env = repair.environment()
+    env.reset(task)
+    step = env.step(task.reference["reference_patch"])
+    assert step.done and step.score.correct and step.score.breakdown["tests"] == 2.0
+
+
+@pytest.mark.parametrize("source", ["humaneval", "mbpp"])
+def test_humaneval_and_mbpp_programs_give_mutants_their_reference_patch_repairs(source):
+    from rlvr_factory.domains.loaders import shared_data_dir
+
+    if not (shared_data_dir() / source).is_dir():
+        pytest.skip(f"no shared data at {shared_data_dir()} (set RLVR_SHARED_DATA)")
+    repair = CodeRepairDomain(sources=[source], max_programs=6, mutants_per_program=1)
+    tasks = repair.generate_tasks()
+    assert len(tasks) >= 3 and all(t.source == f"mutant:{source}:seed=0" for t in tasks)
+    for t in tasks[:3]:
+        assert repair.score(t.reference["reference_patch"], t.reference).correct
+        assert not repair.score("DONE", t.reference).correct
+
+
+def test_the_pretraining_corpus_holds_train_repairs_and_never_a_held_out_task(domain):
+    tasks = domain.generate_tasks()
+    held_out = {t.prompt for t in tasks if t.split != "train"}
+    corpus = domain.pretraining_corpus(50, seed=0, exclude=held_out)
+    assert len(corpus) == 50 and not any(p in doc for doc in corpus for p in held_out)
+    assert any("<<<<<<< SEARCH" in doc for doc in corpus)

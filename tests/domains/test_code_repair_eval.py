@@ -1,0 +1,50 @@
+"""Code-repair evaluation on real episodes: a tiny policy that repairs one task and gives up on the other."""
+
+import pytest
+
+from rlvr_factory.domains.base import Task
+from rlvr_factory.domains.code_repair import CodeRepairDomain, repair_prompt
+from rlvr_factory.domains.code_repair_edits import Block
+from rlvr_factory.domains.code_repair_eval import repair_report
+from rlvr_factory.domains.code_repair_workspace import Workspace
+from rlvr_factory.rollout.agent_loop import RolloutConfig
+from rlvr_factory.rollout.engine import SamplingConfig
+from rlvr_factory.training.lm import seed_everything
+from rlvr_factory.training.sft import SFTConfig, encode_demonstrations, supervised_train
+from tests.conftest import make_tiny_policy
+
+
+def repair_task(name, buggy, visible, held_out, kind, difficulty):
+    workspace = Workspace({"s.py": buggy}, ("s.py",), (visible,), (held_out,))
+    reference = {**workspace.as_reference(), "kinds": [kind]}
+    return Task(name, "code_repair", repair_prompt(workspace), reference, difficulty, "test", "unit")
+
+
+TASKS = [
+    repair_task("add", "def f(a, b):\n    return a - b\n", "assert f(2, 3) == 5", "assert f(0, 7) == 7",
+                "operator_swap", 1),
+    repair_task("inc", "def g(n):\n    return n + 2\n", "assert g(1) == 2", "assert g(5) == 6", "wrong_constant", 2),
+]
+FIX = Block("s.py", "    return a - b\n", "    return a + b\n").render()
+
+
+@pytest.fixture(scope="module")
+def policy():
+    seed_everything(0)
+    policy = make_tiny_policy(seed=0, hidden_size=64)
+    examples = encode_demonstrations(policy.tokenizer, [t.prompt for t in TASKS], [[FIX], ["DONE"]])
+    supervised_train(policy, examples * 4, SFTConfig(steps=120, batch_size=4, lr=1e-2, warmup_steps=5, seed=0),
+                     desc="fixture")
+    policy.model.eval()
+    return policy
+
+
+def test_repair_rates_by_turns_kind_and_difficulty(policy):
+    domain = CodeRepairDomain(sources=[], max_turns=2)
+    rollout = RolloutConfig(max_turns=2, max_context_tokens=256)
+    verify = {"workers": 1, "timeout_seconds": 10.0, "max_input_chars": 100_000, "scheduler": {}}
+    report = repair_report(policy, TASKS, domain, verify, SamplingConfig(max_new_tokens=80, temperature=1.0), 2, rollout)
+    assert report["repair@1turn"] == 0.5 and report["repair@2turns"] == 0.5
+    assert report["repair@1turn/kind_operator_swap"] == 1.0 and report["repair@1turn/kind_wrong_constant"] == 0.0
+    assert report["repair@2turns/difficulty_2"] == 0.0 and report["num_tasks/difficulty_1"] == 1.0
+    assert 0.0 <= report["pass@1"] <= report["pass@2"] <= 1.0
