@@ -103,22 +103,22 @@ def test_lora_targets_missing_from_the_model_are_refused_naming_its_linear_layer
         with_lora(load_policy(hub_models["gpt2"], device="cpu").model, LoraSettings(enabled=True))
 
 
-def test_sampling_ignores_the_hubs_generation_defaults(hub_models):
+def test_sampled_log_probs_are_the_policys_own_despite_the_hubs_generation_defaults(hub_models):
     """Qwen2's generation_config.json asks for top-k 20, temperature 0.7 and a repetition penalty; the
-    engine samples from the policy's own distribution at the configured temperature instead, so the
-    log-probs it records are those the trainer computes."""
+    engine samples from the policy's distribution at the configured temperature, and records the
+    log-probs the trainer computes."""
     policy = load_policy(hub_models["qwen2"], device="cpu")
-    assert json.loads((hub_models["qwen2"] / "generation_config.json").read_text())["top_k"] == 20
+    assert policy.model.generation_config.top_k == 20 and policy.model.generation_config.repetition_penalty == 1.05
     context = encode_prompts(policy.tokenizer, ["Compute 1+2"])[0]
     config = SamplingConfig(max_new_tokens=6, temperature=1.0, top_p=1.0, seed=3)
-    (generation,), _ = TransformersEngine(policy, reuse_kv=False).generate([Request(context)] * 1, config)
+    (generation,), _ = TransformersEngine(policy, reuse_kv=False).generate([Request(context)], config)
     ids = torch.tensor([context + generation.token_ids])
     with torch.no_grad():
         logits = policy.model(input_ids=ids).logits[0, len(context) - 1 : -1].float()
-    logp = F.log_softmax(logits, dim=-1)
-    sampled = torch.tensor(generation.token_ids)
-    assert torch.allclose(torch.tensor(generation.logprobs), logp.gather(-1, sampled[:, None]).squeeze(-1), atol=1e-4)
-    ranks = (logits > logits.gather(-1, sampled[:, None])).sum(-1)
+    sampled = torch.tensor(generation.token_ids)[:, None]
+    logp = F.log_softmax(logits, dim=-1).gather(-1, sampled).squeeze(-1)
+    assert torch.allclose(torch.tensor(generation.logprobs), logp, atol=1e-4)
+    ranks = (logits > logits.gather(-1, sampled)).sum(-1)
     assert (ranks >= 20).any()  # a near-uniform random model over 151k tokens samples beyond the top 20
 
 

@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::FutureWarnin
 # Smaller than TINY_PARAMS: every forward pass of these models computes logits over 50-152k tokens.
 SMALL = {
     "domain": {"splits": {"train": 40, "validation": 4, "test": 4}},
+    "verify": {"workers": 1},
     "sft": {"num_examples": 8, "train": {"steps": 2, "batch_size": 4, "warmup_steps": 1, "lr": 1e-2}},
     "rl": {"rounds": 1, "prompts_per_round": 2, "samples_per_prompt": 2,
            "update": {"minibatch_size": 4, "lr": 1e-2, "entropy_coef": 0.01},  # a gradient though every reward is 0
