@@ -17,7 +17,7 @@ from mlflow import MlflowClient
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 
 from rlvr_factory import pipeline_registry, summary, tracking
-from rlvr_factory.models.policy import MODEL_DIR_CONTENTS, looks_local, model_dir_problem
+from rlvr_factory.models.policy import MODEL_DIR_CONTENTS, has_chat_template, looks_local, model_dir_problem
 from rlvr_factory.pipeline_registry import RLShape
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,8 @@ class PipelineShapeHook:
 
 class ModelPathHook:
     """Fail before the first node when `model.name_or_path` names a local model directory that
-    does not exist or cannot load, saying what such a directory must hold."""
+    does not exist or cannot load, saying what such a directory must hold, or whose tokenizer has no
+    chat template while `model.chat_template` gives none."""
 
     def __init__(self) -> None:
         self._model: dict = {}
@@ -66,6 +67,11 @@ class ModelPathHook:
             raise FileNotFoundError(
                 f"model.name_or_path is {name}, and {problem}; {MODEL_DIR_CONTENTS}. Point it at such a "
                 f"directory, a hub id (`org/name`, needs network access), or `{EMBEDDED_MODEL}` (the built-in tiny model)."
+            )
+        if self._model.get("chat_template") is None and not has_chat_template(name):
+            raise ValueError(
+                f"the tokenizer of model.name_or_path {name} has no chat template, which prompts are rendered with; "
+                "set model.chat_template (plain: the prompt, a newline and the answer, for a base model such as GPT-2)"
             )
 
 

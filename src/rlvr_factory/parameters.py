@@ -20,6 +20,7 @@ from typing import Any, Literal, Mapping
 from rlvr_factory.distributed import DistributedConfig
 from rlvr_factory.domains.registry import domain_factory
 from rlvr_factory.models.lora import LoraSettings
+from rlvr_factory.models.policy import DTYPES
 from rlvr_factory.models.tiny import TinyModelConfig
 from rlvr_factory.preferences.synthetic import SyntheticPairs
 from rlvr_factory.rollout.agent_loop import RolloutConfig
@@ -36,7 +37,6 @@ from rlvr_factory.training.lm import SCHEDULES
 from rlvr_factory.training.pairs import PairTrainConfig
 from rlvr_factory.training.sft import SFTConfig
 
-DTYPES = ("float32", "bfloat16", "float16")
 DOMAIN_EXTRA_KEYS = ("name", "reward", "reward_model")  # read by the registry, not the domain's constructor
 
 
@@ -53,7 +53,8 @@ class EmbeddedModelConfig:
 class ModelConfig:
     name_or_path: str = "embedded"  # embedded (the built-in ~1M-parameter Llama) | a local HF model directory | a hub id
     device: str = "auto"  # auto (a GPU when there is one) | cpu | cuda | cuda:0 ...
-    dtype: Literal[DTYPES] = "float32"  # weights' precision
+    dtype: Literal[DTYPES] = "float32"  # weights' precision (auto: the checkpoint's own)
+    chat_template: str | None = None  # null: the tokenizer's own | plain (prompt, newline, answer, EOS: for base models) | chatml | a Jinja template
     lora: LoraSettings = field(default_factory=LoraSettings)  # RL trains LoRA adapters through PEFT (Hu et al. 2021)
     embedded: EmbeddedModelConfig = field(default_factory=EmbeddedModelConfig)  # the embedded model (name_or_path: embedded)
 

@@ -61,6 +61,16 @@ def test_a_final_lora_policy_is_saved_merged_as_an_ordinary_model(tmp_path):
     assert is_lora(policy.model)  # merging worked on a copy
 
 
+def test_a_bfloat16_lora_policy_is_saved_merged_in_bfloat16(tmp_path):
+    policy = make_tiny_policy()
+    policy = Policy(with_lora(policy.model.to(torch.bfloat16), SETTINGS), policy.tokenizer)
+    assert {p.dtype for n, p in policy.model.named_parameters() if "lora_" in n} == {torch.float32}  # PEFT's
+    rl_update(policy, contrast_samples(policy.tokenizer)[2], UpdateConfig(lr=1e-2))
+    save_policy(policy, tmp_path / "final")
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "final", dtype="auto")
+    assert {p.dtype for p in merged.parameters()} == {torch.bfloat16}
+
+
 def test_a_lora_checkpoint_resumes_training_on_the_same_adapter(tmp_path):
     policy = lora_policy()
     prompt, good, samples = contrast_samples(policy.tokenizer)

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from transformers import GenerationConfig
 
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.rollout.engine import Request
@@ -178,3 +179,17 @@ def test_rows_that_stopped_early_continue_correctly_from_a_shared_cache():
     fresh, _ = TransformersEngine(policy, reuse_kv=False).generate([Request(c) for c in contexts], config)
     assert [g.token_ids for g in reused] == [g.token_ids for g in fresh] == [first[0].token_ids] * 2
     assert [x for g in reused for x in g.logprobs] == pytest.approx([x for g in fresh for x in g.logprobs], abs=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_models_own_generation_defaults_do_not_change_what_is_sampled(temperature):
+    """A hub generation_config.json's penalties and truncations (here: strong enough to forbid every repeat)
+    stay out of rollouts: the engine samples from the policy's distribution under SamplingConfig alone."""
+    policy = always_predicts("a")
+    policy.model.generation_config = GenerationConfig(
+        do_sample=True, temperature=0.7, top_k=20, repetition_penalty=1.3, no_repeat_ngram_size=1, min_p=0.1)
+    context = policy.tokenizer("Compute 1+2")["input_ids"]
+    (generation,), _ = TransformersEngine(policy, reuse_kv=False).generate(
+        [Request(context)], SamplingConfig(max_new_tokens=4, temperature=temperature, seed=0))
+    assert policy.tokenizer.decode(generation.token_ids) == "aaaa"
+    assert generation.logprobs == pytest.approx([0.0] * 4, abs=1e-4)

@@ -11,7 +11,8 @@ from rlvr_factory.models.policy import Policy, load_policy, save_policy
 
 
 class PolicyDataset(AbstractDataset[Policy, Policy]):
-    """Saves with `save_pretrained` (model and tokenizer) and loads with the Auto classes.
+    """Saves with `save_pretrained` (model and tokenizer) and loads with the Auto classes, by default in the
+    dtype it was saved in, so a policy trained in bfloat16 (`model.dtype`) trains and evaluates on in it.
 
     With `with_optimizer`, the optimizer state is saved and restored too, so a policy
     saved mid-training resumes with its optimizer moments. With `frozen`, the policy loads
@@ -19,7 +20,7 @@ class PolicyDataset(AbstractDataset[Policy, Policy]):
     """
 
     def __init__(
-        self, path: str, device: str = "auto", dtype: str = "float32", with_optimizer: bool = False,
+        self, path: str, device: str = "auto", dtype: str = "auto", with_optimizer: bool = False,
         frozen: bool = False, metadata: dict[str, Any] | None = None,
     ):
         self._path = Path(path)

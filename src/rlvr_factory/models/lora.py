@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
+from transformers.pytorch_utils import Conv1D
 
 ADAPTER_DIR = "lora_adapter"
 
@@ -23,7 +24,7 @@ class LoraSettings:
     r: int = 8  # rank of the update B A
     alpha: float = 16.0  # scale: the update is (alpha / r) B A
     dropout: float = 0.0  # dropout on the adapter's input
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])  # layers adapted
+    target_modules: list[str] | str = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])  # module names, all-linear, or auto (PEFT's default for the architecture: q_proj, v_proj for Llama and Qwen2, c_attn for GPT-2)
 
 
 def with_lora(model: torch.nn.Module, settings: LoraSettings) -> torch.nn.Module:
@@ -33,15 +34,18 @@ def with_lora(model: torch.nn.Module, settings: LoraSettings) -> torch.nn.Module
     """
     if not settings.enabled or is_lora(model):
         return model
+    targets = settings.target_modules
     config = LoraConfig(
-        r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
-        target_modules=list(settings.target_modules), task_type="CAUSAL_LM",
+        r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout, task_type="CAUSAL_LM",
+        target_modules=None if targets == "auto" else targets if isinstance(targets, str) else list(targets),
     )
     try:
         return get_peft_model(model, config)
     except ValueError as error:
-        raise ValueError(f"cannot attach LoRA to {type(model).__name__}: {error}; "
-                         f"set model.lora.target_modules to module names of this model") from error
+        linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                         if isinstance(module, (torch.nn.Linear, Conv1D)) and not name.endswith("lm_head")})
+        raise ValueError(f"cannot attach LoRA to {type(model).__name__}: {error}; set model.lora.target_modules "
+                         f"to some of this model's linear layers ({', '.join(linear)}), all-linear or auto") from error
 
 
 def is_lora(model: torch.nn.Module) -> bool:

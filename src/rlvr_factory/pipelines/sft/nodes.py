@@ -42,9 +42,11 @@ def supervised_fine_tune(
     base_model_ref: dict, sft_examples: pd.DataFrame, model: dict, sft: dict, rollout: dict
 ) -> tuple[Policy, dict]:
     """Fine-tune the base model on the demonstrations (multi-turn ones rendered as the agent loop renders
-    episodes, `rollout.multi_turn.observation_role`); returns the policy and its loss curve."""
+    episodes, `rollout.multi_turn.observation_role`), under `model.chat_template` when set (the SFT policy
+    keeps it); returns the policy and its loss curve."""
     seed_everything(sft["train"]["seed"])
-    policy = load_policy(base_model_ref["name_or_path"], device=model["device"], dtype=model["dtype"])
+    policy = load_policy(base_model_ref["name_or_path"], device=model["device"], dtype=model["dtype"],
+                         chat_template=model.get("chat_template"))
     demonstrations = [json.loads(t) for t in sft_examples["turns"]]
     examples = encode_demonstrations(policy.tokenizer, list(sft_examples["prompt"]), demonstrations,
                                      RolloutConfig.from_params(rollout).multi_turn.observation_role)
