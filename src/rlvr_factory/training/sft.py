@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
@@ -120,6 +121,7 @@ def supervised_train(
     losses = []
     pad_id = policy.tokenizer.pad_token_id
     bar = tqdm(range(config.steps), desc=desc, mininterval=2.0)
+    started = time.monotonic()  # not the bar's clock: a disabled bar (TQDM_DISABLE) keeps none
     eta_step = max(1, config.steps // 20) if config.steps >= 100 else 0  # log an ETA after 5% of a long run
     for step in bar:
         if len(order) < config.batch_size:
@@ -146,7 +148,7 @@ def supervised_train(
         if step % 20 == 0:
             bar.set_postfix(loss=f"{losses[-1]:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
         if step + 1 == eta_step:  # once, for logs where the bar's \r updates do not show
-            elapsed = bar.format_dict["elapsed"]
+            elapsed = time.monotonic() - started
             log.info("%s: %d/%d steps in %s, about %s to go", desc, step + 1, config.steps, duration(elapsed),
                      duration(elapsed * (config.steps - step - 1) / (step + 1)))
     log.info("%s: %d steps, final loss %.4f", desc, config.steps, losses[-1])
