@@ -244,7 +244,11 @@ def test_unlabelled_tasks_get_their_difficulty_from_a_named_models_pass_rate(tmp
     problems = tmp_path / "math.jsonl"
     problems.write_text("".join(json.dumps({"problem": f"Problem {i}: what is it?", "solution": f"\\boxed{{{a}}}",
                                             "answer": str(a)}) + "\n" for i, a in enumerate((3, 4))))
-    curate_params = yaml.safe_load((PROJECT_ROOT / "conf/base/parameters_curate.yml").read_text())["curate"]
+    from rlvr_factory.parameters import CurateConfig
+    from rlvr_factory.schema import parse, to_dict
+
+    base = yaml.safe_load((PROJECT_ROOT / "conf/base/parameters_curate.yml").read_text())["curate"]
+    curate_params = to_dict(parse(CurateConfig, base, "curate"))  # the block as a run gets it: defaults filled in
     curate_params["difficulty"].update(model=str(tmp_path / "model"), samples=2, levels=4,
                                        sampling={"max_new_tokens": 12, "temperature": 1.0})
     tasks, quarantine, metrics = curate_tasks({"name": "math", "sources": {"test": str(problems)}}, curate_params,
