@@ -8,10 +8,22 @@ from pathlib import Path
 
 import mlflow
 import pytest
+import yaml
 from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def base_parameters() -> dict:
+    """conf/base's parameters as a run receives them: merged, checked, every default filled in."""
+    from rlvr_factory.parameters import resolve
+
+    merged: dict = {}
+    for path in sorted((PROJECT_ROOT / "conf/base").glob("parameters*.yml")):
+        merged.update(yaml.safe_load(path.read_text()) or {})
+    return resolve(merged)
+
 
 # Overrides that shrink every stage so a whole `rlvr` run takes seconds.
 TINY_PARAMS = {

@@ -17,7 +17,7 @@ from rlvr_factory.domains.curation import (
     carve_validation, curate, decontaminate, deduplicate, difficulty_from_pass_rate, interleave, label_difficulty,
     mix_by_weight, normalise_prompt, validate, validate_row,
 )
-from tests.pipelines.conftest import PROJECT_ROOT, make_project, run_pipeline, tracking_uri
+from tests.pipelines.conftest import PROJECT_ROOT, base_parameters, make_project, run_pipeline, tracking_uri
 
 DECONTAMINATION = {"n": 8, "threshold": 0.5, "skip_domains": []}
 
@@ -244,11 +244,7 @@ def test_unlabelled_tasks_get_their_difficulty_from_a_named_models_pass_rate(tmp
     problems = tmp_path / "math.jsonl"
     problems.write_text("".join(json.dumps({"problem": f"Problem {i}: what is it?", "solution": f"\\boxed{{{a}}}",
                                             "answer": str(a)}) + "\n" for i, a in enumerate((3, 4))))
-    from rlvr_factory.parameters import CurateConfig
-    from rlvr_factory.schema import parse, to_dict
-
-    base = yaml.safe_load((PROJECT_ROOT / "conf/base/parameters_curate.yml").read_text())["curate"]
-    curate_params = to_dict(parse(CurateConfig, base, "curate"))  # the block as a run gets it: defaults filled in
+    curate_params = base_parameters()["curate"]
     curate_params["difficulty"].update(model=str(tmp_path / "model"), samples=2, levels=4,
                                        sampling={"max_new_tokens": 12, "temperature": 1.0})
     tasks, quarantine, metrics = curate_tasks({"name": "math", "sources": {"test": str(problems)}}, curate_params,

@@ -7,7 +7,6 @@ import json
 import mlflow
 import pandas as pd
 import pytest
-import yaml
 from mlflow import MlflowClient
 
 from rlvr_factory.pipelines.report.nodes import (
@@ -18,11 +17,10 @@ from rlvr_factory.pipelines.report.nodes import (
     summarize,
 )
 from tests.conftest import make_scripted_policy
-from tests.pipelines.conftest import PROJECT_ROOT
+from tests.pipelines.conftest import base_parameters
 
-PARAMS = {name: yaml.safe_load((PROJECT_ROOT / f"conf/base/parameters_{name}.yml").read_text())
-          for name in ("curate", "verify")}
-DOMAIN, VERIFY = PARAMS["curate"]["domain"], PARAMS["verify"]["verify"]
+PARAMS = base_parameters()
+DOMAIN, VERIFY = PARAMS["domain"], PARAMS["verify"]
 
 HISTORY = [
     {"round": 1, "reward_mean": 0.5, "pass_rate": 0.4, "val_greedy_accuracy": 0.3, "kl": 0.01, "lr": 1e-4},

@@ -135,8 +135,10 @@ def test_a_configured_hf_model_directory_runs_through_the_same_path(tmp_path):
     from rlvr_factory.models.tokenizer import build_byte_tokenizer
 
     tokenizer = build_byte_tokenizer()
+    # Embedding rows padded past the tokenizer, as real checkpoints do (Qwen2: 151,936 rows for 151,646
+    # tokens): loaded as a Qwen2 directory, transformers' Qwen2Tokenizer adds its `<|endoftext|>`.
     model = Qwen2ForCausalLM(Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        vocab_size=len(tokenizer) + 60, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
         num_attention_heads=2, num_key_value_heads=1, pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
     ))
