@@ -178,6 +178,7 @@ def test_an_attack_earns_nothing_and_leaves_the_host_as_it_was(verifier, listene
     assert sorted(os.listdir(tmp_path)) == before
     assert accepted == []
     box = verifier.sandbox()
+    box.settle()  # the check's program was released: its report (and a spent sandbox's replacement) come now
     assert box.alive
     # the agent, its template and the next run's process (forked once the check ended): nothing the attack started
     deadline = time.monotonic() + 15  # the next run's process is forked in the background: slow on a loaded host

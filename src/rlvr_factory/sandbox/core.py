@@ -194,6 +194,13 @@ class Sandbox:
             raise SandboxError(f"the sandbox broke during {what!r}: {type(e).__name__}: {e}") from e
         return reply
 
+    def settle(self) -> None:
+        """Wait for the reports owed by programs released without waiting, so that a sandbox one of
+        them left spent is replaced now rather than at the next command (SandboxError, and the
+        sandbox closed, if the agent is gone)."""
+        if self._transport is not None and self._owed:
+            self._settle()
+
     def _settle(self) -> bool:
         """Read the answers owed for released programs, oldest first; False when one left the sandbox replaced."""
         starts = self.starts
