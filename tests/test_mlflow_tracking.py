@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import os
 import subprocess
 from pathlib import Path
 
@@ -92,6 +93,20 @@ def test_changed_configuration_or_code_makes_the_tree_dirty(repo, change):
     else:
         (repo / "new_module.py").write_text("")
     assert tracking.lineage_tags(repo, environ={})["git.dirty"] == "true"
+
+
+def test_an_edit_git_status_does_not_report_still_makes_the_tree_dirty(repo):
+    # git's index can vouch for a file that changed (here: marked assume-unchanged); the content decides
+    config = repo / "conf/base/parameters_rlvr.yml"
+    _git(repo, "update-index", "--assume-unchanged", "conf/base/parameters_rlvr.yml")
+    config.write_text("x: 3\n")
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout == ""
+    assert tracking.lineage_tags(repo, environ={})["git.dirty"] == "true"
+
+
+def test_a_tree_git_cannot_read_is_of_unknown_cleanliness(repo):
+    (repo / ".git/HEAD").write_text("garbage\n")
+    assert tracking.lineage_tags(repo, environ={}).get("git.dirty", "unknown") == "unknown"
 
 
 def test_dvc_experiment_variables_become_tags(repo):

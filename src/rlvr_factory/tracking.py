@@ -49,6 +49,34 @@ def _git(root: Path, *args: str) -> str | None:
     return done.stdout.strip()
 
 
+CONTENT_CHECKED = ("conf", "src", "pyproject.toml", "dvc.yaml")  # compared by content, not only by git's stat cache
+
+
+def _dirty(root: Path) -> str:
+    """`true` when code or configuration differs from HEAD, `false` when not, `unknown` when git
+    cannot tell. Besides `git status`, the configuration and code are compared with HEAD by content,
+    so that nothing git's index vouches for (its stat cache, assume-unchanged entries) hides an
+    edit: the first stage of an in-place `dvc exp run -S` was seen tagged clean."""
+    status = _git(root, "status", "--porcelain", "--", ".", ":(exclude)dvc.lock", ":(exclude)data")
+    if status is None:
+        return "unknown"
+    if status:
+        return "true"
+    listing = _git(root, "ls-tree", "-r", "HEAD", "--", *CONTENT_CHECKED)
+    if listing is None:
+        return "unknown"
+    committed = {path: meta.split()[2] for meta, path in (line.split("\t", 1) for line in listing.splitlines() if line)}
+    paths = [path for path in committed if (root / path).is_file()]
+    if len(paths) != len(committed):
+        return "true"  # a committed file is gone
+    try:
+        done = subprocess.run(["git", "hash-object", "--stdin-paths"], cwd=root, input="\n".join(paths),
+                              capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return str(done.stdout.split() != [committed[path] for path in paths]).lower()
+
+
 def _installed(name: str) -> str | None:
     try:
         return metadata.version(name)
@@ -81,8 +109,7 @@ def lineage_tags(project_root: str | Path, environ: Mapping[str, str] | None = N
     tags = {}
     commit = _git(root, "rev-parse", "HEAD")
     if commit:
-        status = _git(root, "status", "--porcelain", "--", ".", ":(exclude)dvc.lock", ":(exclude)data")
-        tags.update({"git.commit": commit, "mlflow.source.git.commit": commit, "git.dirty": str(bool(status)).lower()})
+        tags.update({"git.commit": commit, "mlflow.source.git.commit": commit, "git.dirty": _dirty(root)})
     lock = root / "dvc.lock"
     if lock.exists():
         tags["dvc.lock_sha256"] = hashlib.sha256(lock.read_bytes()).hexdigest()
