@@ -41,9 +41,10 @@ def artifact_location(tracking_uri: str) -> str | None:
     return None
 
 
-def _git(root: Path, *args: str) -> str | None:
+def _git(root: Path, *args: str, stdin: str | None = None) -> str | None:
     try:
-        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30, check=True)
+        done = subprocess.run(["git", *args], cwd=root, input=stdin, capture_output=True, text=True, timeout=30,
+                              check=True)
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip()
@@ -69,12 +70,10 @@ def _dirty(root: Path) -> str:
     paths = [path for path in committed if (root / path).is_file()]
     if len(paths) != len(committed):
         return "true"  # a committed file is gone
-    try:
-        done = subprocess.run(["git", "hash-object", "--stdin-paths"], cwd=root, input="\n".join(paths),
-                              capture_output=True, text=True, timeout=30, check=True)
-    except (OSError, subprocess.SubprocessError):
+    hashes = _git(root, "hash-object", "--stdin-paths", stdin="\n".join(paths))
+    if hashes is None:
         return "unknown"
-    return str(done.stdout.split() != [committed[path] for path in paths]).lower()
+    return str(hashes.split() != [committed[path] for path in paths]).lower()
 
 
 def _installed(name: str) -> str | None:
