@@ -11,10 +11,15 @@ where the vocabulary-wide logits dominate memory. Each run is a process of its o
 memory (resident set above what it held once the model and trainer were built) is its own;
 the same arithmetic train prompts, the same group size and completion budget, the same
 verifier as reward, fp32 on the CPU, one optimizer step per generation batch, no KL (TRL's default beta=0; ours kl_coef=0) and token-mean loss (TRL's
-default `dapo` loss). The two sides alternate `--repeats` times (so a busy machine slows both
+default `dapo` loss). Ours runs at its defaults: forward and backward in micro-batches of at most
+`UpdateConfig.micro_batch_tokens` padded tokens, gradients accumulated to one step. TRL gets two
+rows: its one-pass configuration of that batch (`per_device_train_batch_size` = the batch), and
+the same step in 4 gradient-accumulated micro-batches (`per_device_train_batch_size` = batch / 4,
+`gradient_accumulation_steps` = `steps_per_generation` = 4: one generation of the whole batch,
+one optimizer step), TRL's own memory knob. The runs alternate `--repeats` times (so a busy machine slows both
 alike); each run makes one warm-up step, then `--steps` timed steps. The table gives the median
 and minimum seconds per step and where it goes: generation, reward (verification), forward
-passes outside generation (log-probs), and the rest (backward, optimizer, glue). A third row,
+passes outside generation (log-probs), and the rest (backward, optimizer, glue). The row
 "ours, no skip", turns `skip_zero_advantage` off to show what skipping the backward pass of
 zero-advantage samples saves.
 """
@@ -134,7 +139,7 @@ def run_ours(model, tokenizer, domain, batches, args, skip: bool = True) -> tupl
     return steps, phases, statistics.mean(lengths), statistics.mean(rewards), peak_mb() - setup
 
 
-def run_trl(model, tokenizer, domain, batches, args) -> tuple[list[float], list[dict[str, float]], float, float, float]:
+def run_trl(model, tokenizer, domain, batches, args, accumulation: int = 1) -> tuple[list[float], list[dict[str, float]], float, float, float]:
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -166,7 +171,8 @@ def run_trl(model, tokenizer, domain, batches, args) -> tuple[list[float], list[
     batch = args.prompts * args.generations
     config = GRPOConfig(
         output_dir=args.trl_output_dir, use_cpu=True, bf16=False, fp16=False, report_to="none", logging_steps=10**6,
-        save_strategy="no", per_device_train_batch_size=batch, gradient_accumulation_steps=1, steps_per_generation=1,
+        save_strategy="no", per_device_train_batch_size=batch // accumulation, gradient_accumulation_steps=accumulation,
+        steps_per_generation=accumulation,
         num_generations=args.generations, max_completion_length=args.max_new_tokens, temperature=1.0, top_p=1.0,
         learning_rate=1e-5, beta=0.0, loss_type="dapo", max_steps=len(batches), seed=0, dataloader_num_workers=0,
         shuffle_dataset=False, disable_tqdm=True,
@@ -181,7 +187,9 @@ def run_trl(model, tokenizer, domain, batches, args) -> tuple[list[float], list[
     return steps, phases, statistics.mean(lengths), statistics.mean(rewards), peak_mb() - setup
 
 
-RUNNERS = {"ours": run_ours, "ours, no skip": lambda *a: run_ours(*a, skip=False), "trl": run_trl}
+TRL_MICRO = 4  # micro-batches of TRL's gradient-accumulating row
+RUNNERS = {"ours": run_ours, "ours, no skip": lambda *a: run_ours(*a, skip=False), "trl": run_trl,
+           f"trl, {TRL_MICRO} micro-batches": lambda *a: run_trl(*a, accumulation=TRL_MICRO)}
 
 
 def run_one(name: str, kind: str, args: argparse.Namespace):
@@ -247,9 +255,10 @@ def main() -> None:
                   f"{mean['reward']:.3f} | {mean['forward']:.3f} | {rest:.3f} | {train[name]:.3f} | {max(peaks[name]):.0f} | "
                   f"{statistics.mean(lengths[name]):.1f} | {statistics.mean(rewards[name]):.3f} |")
         for name in ("ours", "ours, no skip"):
-            print(f"{kind}: {name} vs trl: speed median {median['trl'] / median[name]:.2f}x, "
-                  f"min {min(steps['trl']) / min(steps[name]):.2f}x, training part {train['trl'] / train[name]:.2f}x; "
-                  f"peak memory {max(peaks[name]) / max(peaks['trl']):.2f}x")
+            for peer in (n for n in RUNNERS if n.startswith("trl")):
+                print(f"{kind}: {name} vs {peer}: speed median {median[peer] / median[name]:.2f}x, "
+                      f"min {min(steps[peer]) / min(steps[name]):.2f}x, training part {train[peer] / train[name]:.2f}x; "
+                      f"peak memory {max(peaks[name]) / max(peaks[peer]):.2f}x")
     print("(phases: mean seconds per timed step; forward = model forward passes outside generation (log-probs); "
           "rest = backward + optimizer + glue; train = median of (step - generation - reward); peak MB = the run's peak "
           "resident memory (getrusage ru_maxrss, the kernel's high-water mark of the process's RSS, which sees torch's "

@@ -45,7 +45,8 @@ def results(repo: Path, *args: str) -> subprocess.CompletedProcess:
 
 def user_environment() -> dict[str, str]:
     """A new user's shell in a clone: nothing that turns telemetry off, no MLflow override."""
-    skip = ("DO_NOT_TRACK", "KEDRO_DISABLE_TELEMETRY", "MLFLOW_TRACKING_URI", "KEDRO_ENV", "TQDM_DISABLE")
+    skip = ("DO_NOT_TRACK", "KEDRO_DISABLE_TELEMETRY", "MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "KEDRO_ENV",
+            "TQDM_DISABLE")
     return {k: v for k, v in environment().items() if k not in skip} | {"PYTHONPATH": "src"}
 
 

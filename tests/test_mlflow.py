@@ -95,8 +95,12 @@ def test_every_run_registers_a_model_version_with_its_evaluation_metrics(store):
         assert version.tags["run_id"] == run.info.run_id
 
 
-def test_the_registered_policy_answers_as_the_pipelines_greedy_evaluation(store):
+def test_the_registered_policy_answers_as_the_pipelines_greedy_evaluation(store, monkeypatch):
     # The README's example: the latest registered version through mlflow.pyfunc, plain prompts in.
+    # MLflow's setters also export MLFLOW_TRACKING_URI / MLFLOW_REGISTRY_URI, and resetting them to
+    # None leaves the registry's in the environment: monkeypatch restores both for later tests.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking_uri(store))
+    monkeypatch.setenv("MLFLOW_REGISTRY_URI", tracking_uri(store))
     mlflow.set_tracking_uri(tracking_uri(store))
     mlflow.set_registry_uri(tracking_uri(store))
     try:

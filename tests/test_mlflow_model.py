@@ -3,6 +3,7 @@ the pipeline's greedy evaluation would: chat template applied, evaluation's budg
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import mlflow
@@ -29,6 +30,7 @@ def store(tmp_path_factory):
             mlflow.end_run()
         mlflow.set_tracking_uri(None)
         mlflow.set_registry_uri(None)
+        os.environ.pop("MLFLOW_REGISTRY_URI", None)  # the setter exported it; None does not unset it
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Annotated, Any, Literal, Mapping
 
 from rlvr_factory.distributed import DistributedConfig
 from rlvr_factory.domains.registry import domain_factory
@@ -28,7 +28,8 @@ from rlvr_factory.rollout.dynamic import DynamicSampling
 from rlvr_factory.rollout.engine import SamplingConfig
 from rlvr_factory.scheduler import RetryPolicy
 from rlvr_factory.schema import (
-    ConfigError, Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, parse, to_dict, unknown_key,
+    ConfigError, Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Range, parse, to_dict,
+    unknown_key,
 )
 from rlvr_factory.rl.preference import PREFERENCE_LOSSES
 from rlvr_factory.training.domain_levels import LevelSettings
@@ -200,6 +201,9 @@ class RewardModelBlockConfig:
     seed: int = 0  # head initialisation
     use_margin: bool = False  # subtract each pair's margin from the reward gap (Llama 2); pairs without one use 0
     eval_batch_size: PositiveInt = 64  # pairs per forward pass when scoring held-out pairs
+    # share of each batch's pairs with the highest loss left out of the gradient (the small-loss trick
+    # against label noise, Han et al. 2018); set it near the noise rate of the pairs
+    drop_highest_loss: Annotated[float, Range(ge=0, lt=1)] = 0.0
     checkpoint_dir: str = "data/06_models/checkpoints/reward_model"  # resume point of a killed run
     train: PairTrainConfig = field(default_factory=PairTrainConfig)  # the optimisation loop
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rlvr_factory.rl.preference import (
-    bradley_terry_loss, dpo_loss, implicit_rewards, ipo_loss, preference_logits, sequence_logps,
+    bradley_terry_loss, dpo_loss, implicit_rewards, ipo_loss, preference_logits, sequence_logps, trimmed_mean,
 )
 
 
@@ -73,6 +73,18 @@ def test_bradley_terry_is_minus_log_sigmoid_of_the_reward_gap_less_the_margin():
     margin = t(0.5, float("nan"), 2.0)  # NaN: no margin given
     assert bradley_terry_loss(chosen, rejected, margin).tolist() == pytest.approx(
         [-math.log(sigmoid(0.5)), -math.log(sigmoid(-3.0)), -math.log(sigmoid(-2.0))])
+
+
+def test_the_trimmed_mean_leaves_the_largest_losses_out_of_the_gradient():
+    losses = t(0.1, 5.0, 0.3, 0.2, 4.0).requires_grad_()
+    value = trimmed_mean(losses, 0.4)  # 2 of 5 dropped: the 5.0 and the 4.0
+    value.backward()
+    assert value.item() == pytest.approx((0.1 + 0.3 + 0.2) / 3)
+    assert losses.grad.tolist() == pytest.approx([1 / 3, 0.0, 1 / 3, 1 / 3, 0.0])
+    assert float(trimmed_mean(losses, 0.0)) == pytest.approx(float(losses.mean()))
+    assert float(trimmed_mean(t(2.0, 1.0), 0.9)) == pytest.approx(1.0)  # at least one loss is kept
+    with pytest.raises(ValueError, match=r"drop must be in \[0, 1\)"):
+        trimmed_mean(losses, 1.0)
 
 
 def test_sequence_logps_sum_or_average_over_the_mask():

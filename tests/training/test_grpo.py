@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rlvr_factory.training.grpo import Sample, UpdateConfig, rl_update
+from rlvr_factory.training.grpo import Sample, UpdateConfig, _Padded, rl_update
 from rlvr_factory.training.lm import join_prompt_completion, token_logprobs
 from tests.conftest import make_tiny_policy
 
@@ -174,10 +174,11 @@ def _round_samples(tokenizer) -> list[Sample]:
 @pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
 def test_gradient_accumulation_gives_the_same_update_as_one_big_batch(aggregation):
     results = []
-    for micro in (None, 2, 3):
+    # one micro-batch per minibatch; rows per micro-batch; padded tokens per micro-batch (~2 rows, and 1)
+    for micro, tokens in ((None, None), (2, None), (3, None), (None, 100), (None, 1)):
         policy = make_tiny_policy()
         samples = _round_samples(policy.tokenizer)
-        config = UpdateConfig(lr=1e-2, minibatch_size=6, micro_batch_size=micro, epochs=2,
+        config = UpdateConfig(lr=1e-2, minibatch_size=6, micro_batch_size=micro, micro_batch_tokens=tokens, epochs=2,
                               loss_aggregation=aggregation, entropy_coef=0.01)
         stats = rl_update(policy, samples, config)
         results.append((policy.model.state_dict(), stats))
@@ -189,6 +190,45 @@ def test_gradient_accumulation_gives_the_same_update_as_one_big_batch(aggregatio
         assert stats["loss"] == pytest.approx(base_stats["loss"], abs=1e-5)
         assert stats["entropy"] == pytest.approx(base_stats["entropy"], rel=1e-5)
         assert stats["optimizer_steps"] == base_stats["optimizer_steps"] == 4
+
+
+def test_micro_batches_respect_the_row_and_token_limits_in_order():
+    samples = [Sample("t", [1] * 4, [2] * n, 1.0) for n in (6, 2, 2, 16, 1, 1, 1)]  # lengths 10 6 6 20 5 5 5
+    padded = _Padded.of(samples, 0, "cpu")
+    assert padded.micro_batches(range(7), None, None) == [list(range(7))]
+    assert padded.micro_batches(range(7), 3, None) == [[0, 1, 2], [3, 4, 5], [6]]
+    # rows x the widest of them <= 20; the 20-token row fits alone, a wider row would go alone too
+    assert padded.micro_batches(range(7), None, 20) == [[0, 1], [2], [3], [4, 5, 6]]
+    assert padded.micro_batches(range(7), None, 8) == [[0], [1], [2], [3], [4], [5], [6]]
+    assert padded.micro_batches([4, 5, 6], 2, 20) == [[4, 5], [6]]
+    for rows in padded.micro_batches(range(7), None, 20):
+        assert len(rows) * max(padded.lengths[i] for i in rows) <= 20
+
+
+def test_the_token_budget_bounds_what_autograd_holds_per_forward(tiny_policy):
+    """The activations autograd saves (its saved tensors, parameters aside) are one micro-batch's:
+    with a budget of about a row they are a fraction of the whole minibatch's."""
+    samples = _round_samples(tiny_policy.tokenizer) * 4
+    peaks = {}
+    for tokens in (None, 32):
+        policy = copy.deepcopy(tiny_policy)
+        weights = {p.untyped_storage().data_ptr() for p in policy.model.parameters()}
+        held, peak = [0], [0]
+
+        def pack(t):
+            if t.untyped_storage().data_ptr() not in weights:
+                held[0] += t.numel() * t.element_size()
+                peak[0] = max(peak[0], held[0])
+            return t
+
+        # each forward with gradient starts a micro-batch (the previous one's graph is freed by its backward)
+        policy.model.register_forward_pre_hook(lambda *_: held.__setitem__(0, 0) if torch.is_grad_enabled() else None)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            stats = rl_update(policy, samples, UpdateConfig(lr=1e-2, minibatch_size=len(samples),
+                                                            micro_batch_tokens=tokens, skip_zero_advantage=False))
+        assert stats["trained_sample_fraction"] == 1.0
+        peaks[tokens] = peak[0]
+    assert 0 < peaks[32] < peaks[None] / 4
 
 
 def test_a_single_on_policy_step_skips_the_old_log_prob_pass_without_changing_the_update(tiny_policy):

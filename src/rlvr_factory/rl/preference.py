@@ -34,6 +34,19 @@ def bradley_terry_loss(
     return -F.logsigmoid(gap)
 
 
+def trimmed_mean(losses: torch.Tensor, drop: float) -> torch.Tensor:
+    """The mean of `losses` without the `drop` share of the largest (at least one kept).
+
+    The small-loss trick against label noise (Co-teaching, Han et al. 2018): a mislabelled pair is
+    the one the model disagrees with most, so leaving each batch's highest losses out of the
+    gradient keeps flipped labels from pulling against the rest; set `drop` near the noise rate.
+    """
+    if not 0.0 <= drop < 1.0:
+        raise ValueError(f"drop must be in [0, 1), got {drop}")
+    k = min(int(drop * len(losses)), len(losses) - 1)
+    return losses.mean() if k <= 0 else losses.topk(len(losses) - k, largest=False).values.mean()
+
+
 def preference_logits(
     policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_chosen: torch.Tensor, ref_rejected: torch.Tensor
 ) -> torch.Tensor:

@@ -46,6 +46,9 @@ class UpdateConfig:
     epochs: PositiveInt = 1  # passes over the round's samples
     minibatch_size: PositiveInt = 128  # samples per optimizer step
     micro_batch_size: PositiveInt | None = None  # samples per forward/backward; gradients accumulate to the minibatch
+    # padded tokens per forward/backward (rows x their widest; a row wider than this goes alone); None: no token limit.
+    # Activation memory scales with it; on a GPU, raise it to what the device holds (veRL's ppo_max_token_len_per_gpu)
+    micro_batch_tokens: PositiveInt | None = 2048
     clip_low: float = 0.2  # PPO ratio clip below 1
     clip_high: float = 0.2  # PPO ratio clip above 1 (DAPO clip-higher when larger)
     advantage_estimator: Literal[ESTIMATORS] = "grpo"  # grpo | dr_grpo | rloo | reinforce_pp
@@ -71,6 +74,8 @@ class UpdateConfig:
             raise ValueError(f"kl_placement must be one of {KL_PLACEMENTS}, got {self.kl_placement!r}")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             raise ValueError(f"micro_batch_size must be >= 1 or null, got {self.micro_batch_size}")
+        if self.micro_batch_tokens is not None and self.micro_batch_tokens < 1:
+            raise ValueError(f"micro_batch_tokens must be >= 1 or null, got {self.micro_batch_tokens}")
         if self.engine_is_cap <= 0:
             raise ValueError(f"engine_is_cap must be positive, got {self.engine_is_cap}")
         if self.overlong_cache_length and self.overlong_max_length is None:
@@ -130,6 +135,21 @@ class _Padded:
         lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in samples]
         return cls(ids.to(device), attention.to(device), cmask.to(device), cmask, sampling, lengths)
 
+    def micro_batches(self, rows: Sequence[int], max_rows: int | None, max_tokens: int | None) -> list[list[int]]:
+        """`rows` cut, in order, into micro-batches of at most `max_rows` rows and `max_tokens` padded
+        tokens (rows x the widest of them); a row wider than `max_tokens` makes a micro-batch alone."""
+        out: list[list[int]] = []
+        current: list[int] = []
+        width = 0
+        for i in rows:
+            wider = max(width, self.lengths[i])
+            if current and ((max_rows and len(current) >= max_rows) or (max_tokens and (len(current) + 1) * wider > max_tokens)):
+                out.append(current)
+                current, wider = [], self.lengths[i]
+            current.append(i)
+            width = wider
+        return out + [current] if current else out
+
     def rows(self, tensor: torch.Tensor, rows: Sequence[int]) -> torch.Tensor:
         """`tensor`'s rows `rows`, cut to the widest of them (as if padded on their own)."""
         width = max(self.lengths[i] for i in rows)
@@ -137,17 +157,20 @@ class _Padded:
 
 
 @torch.inference_mode()
-def _logprobs(model, padded: _Padded, chunk: int) -> torch.Tensor:
-    """(samples, widest) log-probs of the completion tokens under `model`, `chunk` samples at a time,
+def _logprobs(model, padded: _Padded, config: UpdateConfig) -> torch.Tensor:
+    """(samples, widest) log-probs of the completion tokens under `model`, a micro-batch at a time,
     each data-parallel rank computing its share of the rows (the others' are summed in: exact, as
     a rank's zeros add nothing)."""
     out = torch.zeros(padded.ids.shape, device=padded.ids.device)
     share = distributed.shard(len(padded.lengths))
-    for lo in range(share.start, share.stop, chunk):
-        rows = list(range(lo, min(lo + chunk, share.stop)))
+    for rows in padded.micro_batches(range(share.start, share.stop), _max_rows(config), config.micro_batch_tokens):
         ids, attn, cmask = (padded.rows(t, rows) for t in (padded.ids, padded.attention, padded.completion_mask))
-        out[lo : lo + len(rows), : ids.shape[1]] = token_logprobs(model, ids, attn, positions=cmask)[0]
+        out[rows[0] : rows[0] + len(rows), : ids.shape[1]] = token_logprobs(model, ids, attn, positions=cmask)[0]
     return distributed.sum_tensor(out)
+
+
+def _max_rows(config: UpdateConfig) -> int:
+    return config.micro_batch_size or config.minibatch_size
 
 
 def _action_lengths(sample: Sample) -> list[int]:
@@ -235,14 +258,13 @@ def rl_update(
         raise ValueError("kl_coef > 0 needs a reference model")
     model, device, pad_id = policy.model, policy.device, policy.tokenizer.pad_token_id
     kl_in_loss = config.kl_coef > 0 and config.kl_placement == "loss"
-    chunk = config.micro_batch_size or config.minibatch_size
     # One epoch over one minibatch is a single on-policy step: the old log-probs are the current ones.
     on_policy = config.epochs == 1 and config.minibatch_size >= len(samples) and not (
         config.kl_coef > 0 and config.kl_placement == "reward"
     )
     padded = _Padded.of(samples, pad_id, device)  # the round's one padding
-    old_logp = None if on_policy else _logprobs(model, padded, chunk)
-    ref_logp = _logprobs(reference, padded, chunk) if config.kl_coef > 0 else None
+    old_logp = None if on_policy else _logprobs(model, padded, config)
+    ref_logp = _logprobs(reference, padded, config) if config.kl_coef > 0 else None
     rewards, stats = _shaped_rewards(samples, config, old_logp, ref_logp, padded.host_mask)
     advantages = _episode_advantages(samples, rewards, config.advantage_estimator, config.component_normalisation)
     truncated = torch.tensor([s.truncated for s in samples])
@@ -285,12 +307,13 @@ def rl_update(
             optimizer.zero_grad(set_to_none=True)
             step = dict.fromkeys(keys, zero)
             local = idx[distributed.shard(len(idx))]  # this rank's share; the normalisers above are the minibatch's
-            for lo in range(0, len(local), chunk):
-                micro = local[lo : lo + chunk]
-                for rows, train in (([i for i in micro if active[i]], True), ([i for i in micro if not active[i]], False)):
-                    if rows:
-                        with torch.enable_grad() if train else torch.inference_mode():
-                            _micro_step(model, rows, train, step, ctx)
+            # samples with a gradient go through forward + backward, the others through a forward
+            # for the stats; each in micro-batches bounded in rows and padded tokens
+            for train in (True, False):
+                for rows in padded.micro_batches([i for i in local if active[i] == train], _max_rows(config),
+                                                 config.micro_batch_tokens):
+                    with torch.enable_grad() if train else torch.inference_mode():
+                        _micro_step(model, rows, train, step, ctx)
             for p in model.parameters():  # a minibatch without gradient still steps Adam's moments
                 if p.requires_grad and p.grad is None:
                     p.grad = torch.zeros_like(p)

@@ -9,7 +9,7 @@ import torch
 
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.models.reward_model import sequence_rewards
-from rlvr_factory.rl.preference import bradley_terry_loss
+from rlvr_factory.rl.preference import bradley_terry_loss, trimmed_mean
 from rlvr_factory.training.pairs import (
     Checkpoint, EncodedPair, PairTrainConfig, pair_batch, ranking_metrics, train_on_pairs,
 )
@@ -20,12 +20,13 @@ class RewardModelConfig:
     train: PairTrainConfig = field(default_factory=PairTrainConfig)  # the optimisation loop
     use_margin: bool = False  # subtract each pair's margin from the reward gap (Llama 2); pairs without one use 0
     eval_batch_size: int = 64  # pairs per forward pass when scoring held-out pairs
+    drop_highest_loss: float = 0.0  # share of each batch's pairs with the highest loss left out of the gradient (label noise)
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> RewardModelConfig:
-        """From the `reward_model` parameter block's `train`, `use_margin` and `eval_batch_size`."""
+        """From the `reward_model` parameter block's `train`, `use_margin`, `eval_batch_size` and `drop_highest_loss`."""
         return cls(PairTrainConfig(**params.get("train", {})), bool(params.get("use_margin", False)),
-                   int(params.get("eval_batch_size", 64)))
+                   int(params.get("eval_batch_size", 64)), float(params.get("drop_highest_loss", 0.0)))
 
 
 def pair_rewards(model: torch.nn.Module, batch: Sequence[EncodedPair], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -35,13 +36,14 @@ def pair_rewards(model: torch.nn.Module, batch: Sequence[EncodedPair], pad_id: i
     return rewards[: len(batch)], rewards[len(batch):]
 
 
-def bt_loss_fn(pad_id: int, use_margin: bool):
-    """The reward model's loss over a batch: mean Bradley-Terry loss, with per-pair accuracy and rewards."""
+def bt_loss_fn(pad_id: int, use_margin: bool, drop_highest: float = 0.0):
+    """The reward model's loss over a batch: the Bradley-Terry loss's mean (without the `drop_highest`
+    share of the largest, `trimmed_mean`), with per-pair accuracy and rewards."""
     def loss(model: torch.nn.Module, batch: Sequence[EncodedPair], _: Sequence[int]) -> dict[str, torch.Tensor]:
         chosen, rejected = pair_rewards(model, batch, pad_id)
         margin = torch.tensor([p.margin for p in batch], device=chosen.device) if use_margin else None
         return {"chosen_reward": chosen.detach(), "rejected_reward": rejected.detach(),  # a NaN reward is named first
-                "loss": bradley_terry_loss(chosen, rejected, margin).mean(),
+                "loss": trimmed_mean(bradley_terry_loss(chosen, rejected, margin), drop_highest),
                 "accuracy": (chosen > rejected).float().detach(), "margin": (chosen - rejected).detach()}
     return loss
 
@@ -77,7 +79,8 @@ def train_reward_model(
     """Train the reward model in place on `train` pairs (Bradley-Terry); returns the per-step history
     with the held-out pair accuracy (`val_*`) every `config.train.eval_every` steps and at the end."""
     return train_on_pairs(
-        reward_model, train, config.train, bt_loss_fn(reward_model.tokenizer.pad_token_id, config.use_margin),
+        reward_model, train, config.train,
+        bt_loss_fn(reward_model.tokenizer.pad_token_id, config.use_margin, config.drop_highest_loss),
         evaluate=lambda: pair_accuracy(reward_model, held_out, config.eval_batch_size), checkpoint=checkpoint,
-        settings={"use_margin": config.use_margin}, desc="reward model",
+        settings={"use_margin": config.use_margin, "drop_highest_loss": config.drop_highest_loss}, desc="reward model",
     )
