@@ -16,7 +16,7 @@ import ast
 import json
 import math
 import random
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from rlvr_factory.domains.base import Task
 from rlvr_factory.domains.code import cycled, read_rows
@@ -26,6 +26,12 @@ from rlvr_factory.domains.code_repair_mutants import KINDS, canonical, mutate, r
 from rlvr_factory.domains.code_repair_workspace import Workspace, WorkspaceRunner
 from rlvr_factory.domains.loaders import read_records
 from rlvr_factory.verifiers.score import Score
+
+if TYPE_CHECKING:  # torch-free: workers that unpickle the domain import none of these
+    from rlvr_factory.evaluation import Verdict
+    from rlvr_factory.models.policy import Policy
+    from rlvr_factory.rollout.agent_loop import RolloutConfig
+    from rlvr_factory.rollout.engine import SamplingConfig
 
 PROGRAM_SOURCES = {"builtin": "builtin", "humaneval": "shared:humaneval/HumanEval.jsonl.gz",
                    "mbpp": "shared:mbpp/sanitized.jsonl"}
@@ -239,6 +245,16 @@ class CodeRepairDomain:
     def score(self, completion: str, reference: dict[str, Any]) -> Score:
         """A one-shot repair judged by the held-out tests."""
         return self.verifier.score(completion, self.gold(reference))
+
+    def evaluation_report(self, policy: Policy, tasks: Sequence[Task], verify: dict, sampling: SamplingConfig,
+                          rollout: RolloutConfig, greedy: Sequence[Verdict], sampled: Sequence[Sequence[Verdict]],
+                          k: int) -> dict[str, float]:
+        """The repair rates of `code_repair_eval.repair_rates` (@1 turn, @max_turns, pass@k, by mutation kind and
+        difficulty) from evaluation's `greedy` and `sampled` verdicts and greedy first-edit-only episodes."""
+        from rlvr_factory.domains.code_repair_eval import first_turn_verdicts, repair_rates  # torch-free unless asked
+
+        first = first_turn_verdicts(policy, tasks, self, verify, sampling, rollout)
+        return repair_rates(tasks, self.max_turns, first, greedy, sampled, k)
 
     def pretraining_corpus(self, size: int, seed: int, exclude: set[str]) -> list[str]:
         """The repaired programs of the train split's tasks and the tasks with their repair, none whose
