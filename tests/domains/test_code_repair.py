@@ -1,13 +1,14 @@
 """The code-repair domain: procedural mutants of correct programs, SWE-style JSONL rows validated in curate."""
 
 import json
+import random
 
 import pytest
 
 from rlvr_factory.domains import get_domain
 from rlvr_factory.domains.code_repair import CodeRepairDomain, program_tests
 from rlvr_factory.domains.code_repair_edits import apply_edits, parse_edits
-from rlvr_factory.domains.code_repair_mutants import KINDS, canonical, mutate, repair_patch, sites
+from rlvr_factory.domains.code_repair_mutants import KINDS, canonical, mutate, repair_patch, sites, wrong_fix
 from rlvr_factory.domains.curation import validate
 from rlvr_factory.domains.code_tasks import BUILTIN_TASKS
 
@@ -44,6 +45,19 @@ def test_the_repair_patch_undoes_the_mutations():
         broken = mutate(PRIME, [site.index])
         patch = repair_patch("solution.py", broken, correct)
         assert apply_edits({"solution.py": broken}, parse_edits(patch), ["solution.py"])["solution.py"] == correct
+
+
+def test_a_wrong_fix_changes_the_bugs_line_into_neither_the_bug_nor_its_repair():
+    correct = canonical(PRIME)
+    for site in sites(PRIME):
+        broken = mutate(PRIME, [site.index])
+        decoy = wrong_fix(broken, correct, random.Random(0))
+        assert decoy != correct
+        if broken.count("\n") == correct.count("\n") == decoy.count("\n"):
+            bug_lines = {i for i, (a, b) in enumerate(zip(broken.splitlines(), correct.splitlines())) if a != b}
+            assert {i for i, (a, b) in enumerate(zip(broken.splitlines(), decoy.splitlines())) if a != b} <= bug_lines
+    assert wrong_fix("def f(a, b):\n    return a - b\n", "def f(a, b):\n    return a + b\n",
+                     random.Random(0)) == "def f(a, b):\n    return a - b\n"  # no third option: an edit that changes nothing
 
 
 def test_builtin_rows_give_their_tests_as_named_assert_lines():
@@ -144,3 +158,21 @@ def test_the_pretraining_corpus_holds_train_repairs_and_never_a_held_out_task(do
     corpus = domain.pretraining_corpus(50, seed=0, exclude=held_out)
     assert len(corpus) == 50 and not any(p in doc for doc in corpus for p in held_out)
     assert any("<<<<<<< SEARCH" in doc for doc in corpus)
+
+
+def test_a_feedback_demonstration_is_a_wrong_edit_the_environments_report_and_the_repair(domain):
+    demonstrations = [domain.tool_demonstration(t) for t in domain.generate_tasks()]
+    episodes = [d for d in demonstrations if len(d) == 3]
+    assert episodes and all(len(d) in (1, 3) for d in demonstrations)
+    for task, demo in zip(domain.generate_tasks(), demonstrations):
+        env = domain.environment()
+        env.reset(task)
+        if len(demo) == 1:
+            assert demo == [task.reference["reference_patch"]]
+            continue
+        first, observation, second = demo
+        step = env.step(first)
+        assert not step.done and step.observation == observation and observation.startswith("visible tests: ")
+        assert "FAIL" in observation and observation.endswith("(2 edits left)")
+        final = env.step(second)
+        assert final.done and final.score.correct  # the second edit repairs what the first left

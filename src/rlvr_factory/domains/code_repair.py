@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from rlvr_factory.domains.base import Task
 from rlvr_factory.domains.code import cycled, read_rows
-from rlvr_factory.domains.code_repair_edits import apply_edits, parse_edits
+from rlvr_factory.domains.code_repair_edits import Block, apply_edits, parse_edits
 from rlvr_factory.domains.code_repair_env import CodeRepairEnvironment, environment_settings
-from rlvr_factory.domains.code_repair_mutants import KINDS, canonical, mutate, repair_patch, sites
+from rlvr_factory.domains.code_repair_mutants import KINDS, canonical, mutate, repair_patch, sites, wrong_fix
 from rlvr_factory.domains.code_repair_workspace import Workspace, WorkspaceRunner
 from rlvr_factory.domains.loaders import read_records
 from rlvr_factory.verifiers.score import Score
@@ -241,6 +241,25 @@ class CodeRepairDomain:
     def demonstration(self, task: Task, worked: bool = True) -> str:
         """The reference patch: the blocks that repair the workspace."""
         return task.reference["reference_patch"]
+
+    def tool_demonstration(self, task: Task) -> list[str]:
+        """An episode that reads the feedback: a wrong first edit (`wrong_fix`: another mutation on the bug's
+        line, or an edit that changes nothing), the environment's report of the visible tests on it, and the
+        edit that repairs the workspace from there. The reference patch alone when the task has no second turn."""
+        workspace = Workspace.from_reference(task.reference)
+        blocks = parse_edits(workspace.reference_patch, 1 << 20)
+        path = blocks[0].path
+        broken = workspace.files[path]
+        fixed = apply_edits(workspace.files, blocks, workspace.editable)[path]
+        decoy = wrong_fix(broken, fixed, random.Random(f"{self.seed}:{task.task_id}"))
+        first = (repair_patch(path, broken, decoy) if decoy != broken
+                 else "".join(Block(b.path, b.search, b.search).render() for b in blocks))
+        env = self.environment()
+        env.reset(task)
+        step = env.step(first)
+        if step.done:  # one edit allowed, or the wrong fix passes the visible tests
+            return [workspace.reference_patch]
+        return [first, step.observation, repair_patch(path, decoy, fixed)]
 
     def score(self, completion: str, reference: dict[str, Any]) -> Score:
         """A one-shot repair judged by the held-out tests."""
