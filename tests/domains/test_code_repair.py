@@ -97,6 +97,17 @@ def test_splits_never_share_a_program_and_are_reproducible(domain):
     assert [t.to_row() for t in again] == [t.to_row() for t in tasks]
 
 
+def test_programs_whose_prompt_is_too_long_for_the_context_are_left_out(domain):
+    short = CodeRepairDomain(max_programs=10, mutants_per_program=2, mutations=[1, 2], seed=0, max_prompt_chars=250)
+    kept = short.generate_tasks()
+    assert 0 < len(kept) < len(domain.generate_tasks())
+    for task in kept:
+        broken = task.reference["files"]["solution.py"]
+        fixed = apply_edits(task.reference["files"], parse_edits(task.reference["reference_patch"]), ["solution.py"])
+        assert len(task.prompt) - len(broken) + len(fixed["solution.py"]) <= 250  # the correct program's prompt
+    assert {t.task_id for t in kept} <= {t.task_id for t in domain.generate_tasks()}
+
+
 def swe_row(**changes):
     row = {"task_id": "swe-1", "split": "test",
            "files": {"pkg/core.py": "def mul(a, b):\n    return a + b\n", "pkg/__init__.py": "from pkg.core import mul\n",

@@ -110,6 +110,7 @@ class CodeRepairDomain:
         mutants_per_program: int = 4,
         max_programs: int | None = None,
         max_tests: int = 6,
+        max_prompt_chars: int | None = None,
         max_turns: int = 3,
         environment: Mapping[str, Any] | None = None,
         verifier: Mapping[str, Any] | None = None,
@@ -130,6 +131,7 @@ class CodeRepairDomain:
         self.mutants_per_program = mutants_per_program  # kept mutants per program and mutation count, at most
         self.max_programs = max_programs  # per source, the first ones (null: all)
         self.max_tests = max_tests  # tests per program kept (visible: the first half)
+        self.max_prompt_chars = max_prompt_chars  # programs whose prompt is longer are left out (null: none)
         self.max_turns = max_turns  # actions per episode in the environment
         self.environment_settings = environment_settings(environment)
         self.runner = WorkspaceRunner(verifier)
@@ -201,6 +203,8 @@ class CodeRepairDomain:
             return []
         half = math.ceil(len(tests) / 2)
         base = Workspace({MODULE: correct}, (MODULE,), tuple(tests[:half]), tuple(tests[half:]), tuple(imports))
+        if self.max_prompt_chars is not None and len(repair_prompt(base)) > self.max_prompt_chars:
+            return []  # too long for the run's context (an edit, the tests' report and another edit follow)
         if not self.runner.run(base, base.files, tests).all_passed:
             return []  # the program does not pass its own tests here (a source problem, not a bug to plant)
         candidates = [s for s in sites(correct) if s.kind in self.kinds]
