@@ -86,6 +86,22 @@ def test_a_report_without_pass_at_k_is_refused_with_a_hint():
         results_table({"sft": {"greedy_accuracy": 0.1}, "rl": {"greedy_accuracy": 0.2}, "rounds": 1, "round_history": HISTORY})
 
 
+def _repair_report() -> dict:
+    report = _report()
+    for stage, first, within in (("sft", 0.125, 0.25), ("rl", 0.375, 0.5)):
+        report[stage] |= {"repair@1turn": first, "repair@2turns": within, "repair@1turn/kind_off_by_one": 0.0}
+    return report
+
+
+def test_a_code_repair_run_states_both_policies_repair_rates_with_the_first_edit_and_within_max_turns():
+    lines = results_table(_repair_report()).splitlines()
+    assert lines[3] == "repair rate, first edit -> within 2 turns (test split): SFT 12.5% -> 25.0%, RL 37.5% -> 50.0%"
+    assert lines[4].startswith("validation greedy accuracy")
+    assert summary_metrics(_repair_report(), 0.2)["repair"] == {"1turn": {"sft": 0.125, "rl": 0.375},
+                                                                "2turns": {"sft": 0.25, "rl": 0.5}}
+    assert "repair" not in summary_metrics(_report(), 0.2)
+
+
 def test_the_summary_metrics_hold_the_headline_numbers_only():
     assert summary_metrics(_report(), sft_val_greedy_accuracy=0.2) == {
         "greedy": {"sft": 0.1, "rl": 0.338},

@@ -1,7 +1,9 @@
 """Held-out evaluation over whole episodes: greedy accuracy, unbiased pass@k and majority-vote
 maj@k, overall, per domain, per difficulty and, for multi-turn runs, per number of turns used (and,
 for domains that name them in `report_breakdown`, the greedy episodes' mean breakdown entries,
-e.g. the CAD domain's build rate and volume IoU)."""
+e.g. the CAD domain's build rate and volume IoU). A domain with an `evaluation_report` method adds
+its own metrics computed from the same episodes (code repair: the repair rate with the first edit
+alone and within `max_turns`, by mutation kind)."""
 
 from __future__ import annotations
 
@@ -120,7 +122,9 @@ def evaluate_policy(
     greedy episodes' `turns_per_episode` and `tool_calls_per_episode`).
 
     maj@k is reported over the tasks whose domain has comparable answers (`answer_key`);
-    a group without such tasks has none.
+    a group without such tasks has none. The domain's own `evaluation_report(policy, tasks, verify,
+    sampling, rollout, greedy, sampled, k)`, when it has one, adds its metrics (from these greedy and
+    sampled verdicts, and any episodes of its own).
     """
     if not tasks:
         raise ValueError("evaluate_policy got no tasks; is the held-out split empty?")
@@ -151,4 +155,7 @@ def evaluate_policy(
     if multi_turn:
         report["turns_per_episode"] = sum(v.turns for v in greedy) / len(greedy)
         report["tool_calls_per_episode"] = sum(v.tool_calls for v in greedy) / len(greedy)
+    own = getattr(domain, "evaluation_report", None)
+    if callable(own):
+        report.update(own(policy, tasks, verify, sampling, rollout, greedy, sampled, k))
     return report

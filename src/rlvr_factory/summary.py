@@ -75,13 +75,26 @@ def _domains(report: Mapping) -> list[str]:
     return sorted({m.group(1) for key in report for m in [re.fullmatch(r"greedy_accuracy/domain_([^/]+)", key)] if m})
 
 
+def _repair_turns(report: Mapping) -> int | None:
+    """The max_turns of a code-repair report's `repair@<n>turns` (None: not a code-repair report)."""
+    found = [int(m.group(1)) for key in report for m in [re.fullmatch(r"repair@(\d+)turns", key)] if m]
+    return max(found) if found else None
+
+
+def _repair_line(eval_report: Mapping, turns: int) -> str:
+    cells = [f"{label} {100 * eval_report[stage]['repair@1turn']:.1f}% -> {100 * eval_report[stage][f'repair@{turns}turns']:.1f}%"
+             for stage, label in STAGES]
+    return f"repair rate, first edit -> within {turns} turns (test split): " + ", ".join(cells)
+
+
 def _cell(report: Mapping, key: str) -> str:
     return f"{100 * report[key]:.1f}%" if key in report else "-"
 
 
 def results_table(eval_report: Mapping) -> str:
     """SFT against RL on the test split (greedy, pass@1, pass@k, maj@k), overall and per domain
-    when there are several, then the validation curve in one line."""
+    when there are several, for code repair the repair rates with the first edit and within
+    `max_turns`, then the validation curve in one line."""
     rl = eval_report["rl"]
     k = _k(rl)
     metrics = ["greedy_accuracy", "pass@1", f"pass@{k}", f"maj@{k}"]
@@ -98,6 +111,9 @@ def results_table(eval_report: Mapping) -> str:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
              for row in [header, *rows]]
+    turns = _repair_turns(rl)
+    if turns is not None:
+        lines.append(_repair_line(eval_report, turns))
     curve = [r["val_greedy_accuracy"] for r in eval_report["round_history"]]
     best = max(range(len(curve)), key=curve.__getitem__)
     lines.append(f"validation greedy accuracy: {100 * curve[0]:.1f}% after 1 round, {100 * curve[-1]:.1f}% after "
@@ -107,8 +123,9 @@ def results_table(eval_report: Mapping) -> str:
 
 def summary_metrics(eval_report: Mapping, sft_val_greedy_accuracy: float) -> dict:
     """The headline numbers, small enough for one row of `dvc exp show`: test greedy accuracy and
-    pass@k of both policies, validation accuracy (SFT, best round, last round) and, when the
-    run trains several domains, the RL policy's test greedy accuracy per domain."""
+    pass@k of both policies, validation accuracy (SFT, best round, last round), for code repair both
+    policies' repair rates with the first edit and within `max_turns`, and, when the run trains
+    several domains, the RL policy's test greedy accuracy per domain."""
     k = _k(eval_report["rl"])
     curve = [r["val_greedy_accuracy"] for r in eval_report["round_history"]]
     metrics = {
@@ -116,6 +133,10 @@ def summary_metrics(eval_report: Mapping, sft_val_greedy_accuracy: float) -> dic
         f"pass@{k}": {stage: eval_report[stage][f"pass@{k}"] for stage, _ in STAGES},
         "val": {"sft": float(sft_val_greedy_accuracy), "best": max(curve), "last": curve[-1]},
     }
+    turns = _repair_turns(eval_report["rl"])
+    if turns is not None:
+        metrics["repair"] = {key: {stage: eval_report[stage][f"repair@{key}"] for stage, _ in STAGES}
+                             for key in ("1turn", f"{turns}turns")}
     domains = _domains(eval_report["rl"])
     if len(domains) > 1:
         metrics["rl_greedy_by_domain"] = {d: eval_report["rl"][f"greedy_accuracy/domain_{d}"] for d in domains}

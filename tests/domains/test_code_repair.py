@@ -1,13 +1,14 @@
 """The code-repair domain: procedural mutants of correct programs, SWE-style JSONL rows validated in curate."""
 
 import json
+import random
 
 import pytest
 
 from rlvr_factory.domains import get_domain
 from rlvr_factory.domains.code_repair import CodeRepairDomain, program_tests
 from rlvr_factory.domains.code_repair_edits import apply_edits, parse_edits
-from rlvr_factory.domains.code_repair_mutants import KINDS, canonical, mutate, repair_patch, sites
+from rlvr_factory.domains.code_repair_mutants import KINDS, canonical, mutate, repair_patch, sites, wrong_fix
 from rlvr_factory.domains.curation import validate
 from rlvr_factory.domains.code_tasks import BUILTIN_TASKS
 
@@ -46,6 +47,19 @@ def test_the_repair_patch_undoes_the_mutations():
         assert apply_edits({"solution.py": broken}, parse_edits(patch), ["solution.py"])["solution.py"] == correct
 
 
+def test_a_wrong_fix_changes_the_bugs_line_into_neither_the_bug_nor_its_repair():
+    correct = canonical(PRIME)
+    for site in sites(PRIME):
+        broken = mutate(PRIME, [site.index])
+        decoy = wrong_fix(broken, correct, random.Random(0))
+        assert decoy != correct
+        if broken.count("\n") == correct.count("\n") == decoy.count("\n"):
+            bug_lines = {i for i, (a, b) in enumerate(zip(broken.splitlines(), correct.splitlines())) if a != b}
+            assert {i for i, (a, b) in enumerate(zip(broken.splitlines(), decoy.splitlines())) if a != b} <= bug_lines
+    assert wrong_fix("def f(a, b):\n    return a - b\n", "def f(a, b):\n    return a + b\n",
+                     random.Random(0)) == "def f(a, b):\n    return a - b\n"  # no third option: an edit that changes nothing
+
+
 def test_builtin_rows_give_their_tests_as_named_assert_lines():
     program, tests, imports = program_tests(BUILTIN_TASKS[0])
     assert tests[0] == "assert add(2, 3) == 5" and imports == [] and "def add(a, b)" in program
@@ -81,6 +95,17 @@ def test_splits_never_share_a_program_and_are_reproducible(domain):
         assert split_of.setdefault(t.reference["program"], t.split) == t.split
     again = CodeRepairDomain(max_programs=10, mutants_per_program=2, mutations=[1, 2], seed=0).generate_tasks()
     assert [t.to_row() for t in again] == [t.to_row() for t in tasks]
+
+
+def test_programs_whose_prompt_is_too_long_for_the_context_are_left_out(domain):
+    short = CodeRepairDomain(max_programs=10, mutants_per_program=2, mutations=[1, 2], seed=0, max_prompt_chars=250)
+    kept = short.generate_tasks()
+    assert 0 < len(kept) < len(domain.generate_tasks())
+    for task in kept:
+        broken = task.reference["files"]["solution.py"]
+        fixed = apply_edits(task.reference["files"], parse_edits(task.reference["reference_patch"]), ["solution.py"])
+        assert len(task.prompt) - len(broken) + len(fixed["solution.py"]) <= 250  # the correct program's prompt
+    assert {t.task_id for t in kept} <= {t.task_id for t in domain.generate_tasks()}
 
 
 def swe_row(**changes):
@@ -144,3 +169,21 @@ def test_the_pretraining_corpus_holds_train_repairs_and_never_a_held_out_task(do
     corpus = domain.pretraining_corpus(50, seed=0, exclude=held_out)
     assert len(corpus) == 50 and not any(p in doc for doc in corpus for p in held_out)
     assert any("<<<<<<< SEARCH" in doc for doc in corpus)
+
+
+def test_a_feedback_demonstration_is_a_wrong_edit_the_environments_report_and_the_repair(domain):
+    demonstrations = [domain.tool_demonstration(t) for t in domain.generate_tasks()]
+    episodes = [d for d in demonstrations if len(d) == 3]
+    assert episodes and all(len(d) in (1, 3) for d in demonstrations)
+    for task, demo in zip(domain.generate_tasks(), demonstrations):
+        env = domain.environment()
+        env.reset(task)
+        if len(demo) == 1:
+            assert demo == [task.reference["reference_patch"]]
+            continue
+        first, observation, second = demo
+        step = env.step(first)
+        assert not step.done and step.observation == observation and observation.startswith("visible tests: ")
+        assert "FAIL" in observation and observation.endswith("(2 edits left)")
+        final = env.step(second)
+        assert final.done and final.score.correct  # the second edit repairs what the first left

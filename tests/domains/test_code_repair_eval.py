@@ -7,6 +7,7 @@ from rlvr_factory.domains.code_repair import CodeRepairDomain, repair_prompt
 from rlvr_factory.domains.code_repair_edits import Block
 from rlvr_factory.domains.code_repair_eval import repair_report
 from rlvr_factory.domains.code_repair_workspace import Workspace
+from rlvr_factory.evaluation import evaluate_policy
 from rlvr_factory.rollout.agent_loop import RolloutConfig
 from rlvr_factory.rollout.engine import SamplingConfig
 from rlvr_factory.training.lm import seed_everything
@@ -39,12 +40,23 @@ def policy():
     return policy
 
 
+DOMAIN = CodeRepairDomain(sources=[], max_turns=2)
+ROLLOUT = RolloutConfig(max_turns=2, max_context_tokens=256)
+VERIFY = {"workers": 1, "timeout_seconds": 10.0, "max_input_chars": 100_000, "scheduler": {}}
+SAMPLING = SamplingConfig(max_new_tokens=80, temperature=1.0)
+
+
 def test_repair_rates_by_turns_kind_and_difficulty(policy):
-    domain = CodeRepairDomain(sources=[], max_turns=2)
-    rollout = RolloutConfig(max_turns=2, max_context_tokens=256)
-    verify = {"workers": 1, "timeout_seconds": 10.0, "max_input_chars": 100_000, "scheduler": {}}
-    report = repair_report(policy, TASKS, domain, verify, SamplingConfig(max_new_tokens=80, temperature=1.0), 2, rollout)
+    report = repair_report(policy, TASKS, DOMAIN, VERIFY, SAMPLING, 2, ROLLOUT)
     assert report["repair@1turn"] == 0.5 and report["repair@2turns"] == 0.5
     assert report["repair@1turn/kind_operator_swap"] == 1.0 and report["repair@1turn/kind_wrong_constant"] == 0.0
     assert report["repair@2turns/difficulty_2"] == 0.0 and report["num_tasks/difficulty_1"] == 1.0
     assert 0.0 <= report["pass@1"] <= report["pass@2"] <= 1.0
+
+
+def test_the_held_out_evaluation_of_a_repair_run_carries_the_repair_rates_of_its_own_episodes(policy):
+    report = evaluate_policy(policy, TASKS, DOMAIN, VERIFY, SAMPLING, 2, ROLLOUT)
+    assert report["repair@1turn"] == 0.5 and report["repair@1turn/kind_wrong_constant"] == 0.0
+    assert report["repair@2turns"] == report["greedy_accuracy"] == 0.5  # the same greedy episodes, not sampled again
+    assert report["repair@2turns/difficulty_1"] == report["greedy_accuracy/difficulty_1"] == 1.0
+    assert report["num_tasks/kind_operator_swap"] == 1.0 and "pass@2/kind_operator_swap" in report

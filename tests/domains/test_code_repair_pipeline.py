@@ -48,3 +48,15 @@ def test_round_metrics_show_time_generating_and_in_environments_and_sandbox_rest
     assert {"env_seconds", "engine_seconds", "env_steps_per_second", "sandbox_restarts_per_episode",
             "test_runs_per_episode"} <= {m.rsplit(".", 1)[-1] for m in metrics}
     assert run.data.params["domain.name"] == "code_repair"
+    for stage in ("sft", "rl"):
+        assert {f"eval.{stage}.repair_at_1turn", f"eval.{stage}.repair_at_2turns"} <= metrics
+
+
+def test_the_report_has_both_policies_repair_rates_by_turns_and_mutation_kind(repair_run):
+    report = json.loads((repair_run / "data/08_reporting/metrics.json").read_text())
+    for stage in ("sft", "rl"):
+        rates = report[stage]
+        assert 0.0 <= rates["repair@1turn"] <= 1.0 and rates["repair@2turns"] == rates["greedy_accuracy"]
+        assert any(key.startswith("repair@1turn/kind_") for key in rates)
+    summary = json.loads((repair_run / "data/08_reporting/summary.json").read_text())
+    assert set(summary["repair"]) == {"1turn", "2turns"}

@@ -16,16 +16,22 @@ import ast
 import json
 import math
 import random
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from rlvr_factory.domains.base import Task
 from rlvr_factory.domains.code import cycled, read_rows
-from rlvr_factory.domains.code_repair_edits import apply_edits, parse_edits
+from rlvr_factory.domains.code_repair_edits import Block, apply_edits, parse_edits
 from rlvr_factory.domains.code_repair_env import CodeRepairEnvironment, environment_settings
-from rlvr_factory.domains.code_repair_mutants import KINDS, canonical, mutate, repair_patch, sites
+from rlvr_factory.domains.code_repair_mutants import KINDS, canonical, mutate, repair_patch, sites, wrong_fix
 from rlvr_factory.domains.code_repair_workspace import Workspace, WorkspaceRunner
 from rlvr_factory.domains.loaders import read_records
 from rlvr_factory.verifiers.score import Score
+
+if TYPE_CHECKING:  # torch-free: workers that unpickle the domain import none of these
+    from rlvr_factory.evaluation import Verdict
+    from rlvr_factory.models.policy import Policy
+    from rlvr_factory.rollout.agent_loop import RolloutConfig
+    from rlvr_factory.rollout.engine import SamplingConfig
 
 PROGRAM_SOURCES = {"builtin": "builtin", "humaneval": "shared:humaneval/HumanEval.jsonl.gz",
                    "mbpp": "shared:mbpp/sanitized.jsonl"}
@@ -104,6 +110,7 @@ class CodeRepairDomain:
         mutants_per_program: int = 4,
         max_programs: int | None = None,
         max_tests: int = 6,
+        max_prompt_chars: int | None = None,
         max_turns: int = 3,
         environment: Mapping[str, Any] | None = None,
         verifier: Mapping[str, Any] | None = None,
@@ -124,6 +131,7 @@ class CodeRepairDomain:
         self.mutants_per_program = mutants_per_program  # kept mutants per program and mutation count, at most
         self.max_programs = max_programs  # per source, the first ones (null: all)
         self.max_tests = max_tests  # tests per program kept (visible: the first half)
+        self.max_prompt_chars = max_prompt_chars  # programs whose prompt is longer are left out (null: none)
         self.max_turns = max_turns  # actions per episode in the environment
         self.environment_settings = environment_settings(environment)
         self.runner = WorkspaceRunner(verifier)
@@ -195,6 +203,8 @@ class CodeRepairDomain:
             return []
         half = math.ceil(len(tests) / 2)
         base = Workspace({MODULE: correct}, (MODULE,), tuple(tests[:half]), tuple(tests[half:]), tuple(imports))
+        if self.max_prompt_chars is not None and len(repair_prompt(base)) > self.max_prompt_chars:
+            return []  # too long for the run's context (an edit, the tests' report and another edit follow)
         if not self.runner.run(base, base.files, tests).all_passed:
             return []  # the program does not pass its own tests here (a source problem, not a bug to plant)
         candidates = [s for s in sites(correct) if s.kind in self.kinds]
@@ -236,9 +246,38 @@ class CodeRepairDomain:
         """The reference patch: the blocks that repair the workspace."""
         return task.reference["reference_patch"]
 
+    def tool_demonstration(self, task: Task) -> list[str]:
+        """An episode that reads the feedback: a wrong first edit (`wrong_fix`: another mutation on the bug's
+        line, or an edit that changes nothing), the environment's report of the visible tests on it, and the
+        edit that repairs the workspace from there. The reference patch alone when the task has no second turn."""
+        workspace = Workspace.from_reference(task.reference)
+        blocks = parse_edits(workspace.reference_patch, 1 << 20)
+        path = blocks[0].path
+        broken = workspace.files[path]
+        fixed = apply_edits(workspace.files, blocks, workspace.editable)[path]
+        decoy = wrong_fix(broken, fixed, random.Random(f"{self.seed}:{task.task_id}"))
+        first = (repair_patch(path, broken, decoy) if decoy != broken
+                 else "".join(Block(b.path, b.search, b.search).render() for b in blocks))
+        env = self.environment()
+        env.reset(task)
+        step = env.step(first)
+        if step.done:  # one edit allowed, or the wrong fix passes the visible tests
+            return [workspace.reference_patch]
+        return [first, step.observation, repair_patch(path, decoy, fixed)]
+
     def score(self, completion: str, reference: dict[str, Any]) -> Score:
         """A one-shot repair judged by the held-out tests."""
         return self.verifier.score(completion, self.gold(reference))
+
+    def evaluation_report(self, policy: Policy, tasks: Sequence[Task], verify: dict, sampling: SamplingConfig,
+                          rollout: RolloutConfig, greedy: Sequence[Verdict], sampled: Sequence[Sequence[Verdict]],
+                          k: int) -> dict[str, float]:
+        """The repair rates of `code_repair_eval.repair_rates` (@1 turn, @max_turns, pass@k, by mutation kind and
+        difficulty) from evaluation's `greedy` and `sampled` verdicts and greedy first-edit-only episodes."""
+        from rlvr_factory.domains.code_repair_eval import first_turn_verdicts, repair_rates  # torch-free unless asked
+
+        first = first_turn_verdicts(policy, tasks, self, verify, sampling, rollout)
+        return repair_rates(tasks, self.max_turns, first, greedy, sampled, k)
 
     def pretraining_corpus(self, size: int, seed: int, exclude: set[str]) -> list[str]:
         """The repaired programs of the train split's tasks and the tasks with their repair, none whose

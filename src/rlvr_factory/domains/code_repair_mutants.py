@@ -6,7 +6,8 @@ number, True for False), `swapped_args` (the first two arguments of a call excha
 `deleted_branch` (an `if` statement removed). `sites(source)` lists where each kind applies,
 in a fixed order, and `mutate(source, picks)` applies chosen sites; the mutant is rendered with
 `ast.unparse`, as is the correct program it is compared with, so the two differ only where a
-mutation is. `repair_patch` writes the search/replace blocks that undo the mutations.
+mutation is. `repair_patch` writes the search/replace blocks that undo the mutations; `wrong_fix` a plausible
+repair that is wrong (the first edit of a demonstration that reads the tests' feedback).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import ast
 import copy
 import difflib
+import random
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -168,3 +170,19 @@ def _blocks(path: str, old: list[str], new: list[str], groups: list[list[tuple]]
         replace = "".join(old[lo:i1]) + "".join(new[j1:j2]) + "".join(old[i2:hi])
         blocks.append(Block(path, search, replace))
     return blocks
+
+
+def wrong_fix(broken: str, fixed: str, rng: random.Random) -> str:
+    """A plausible wrong repair of `broken`: another mutation on a line the bug is on (chosen with `rng`),
+    neither the bug nor its repair; `broken` unchanged when there is none (an edit that changes nothing)."""
+    old, new = broken.splitlines(), fixed.splitlines()
+    hunks = [op for op in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes() if op[0] != "equal"]
+    bug_lines = {i for _, i1, i2, _, _ in hunks for i in range(i1, max(i2, i1 + 1))}
+    options = []
+    for site in sites(broken):
+        other = mutate(broken, [site.index])
+        changed = [op for op in difflib.SequenceMatcher(a=old, b=other.splitlines(), autojunk=False).get_opcodes()
+                   if op[0] != "equal"]
+        if other not in (broken, fixed) and all(i in bug_lines for _, i1, i2, _, _ in changed for i in range(i1, i2)):
+            options.append(other)
+    return rng.choice(options) if options else broken
