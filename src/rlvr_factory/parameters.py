@@ -201,9 +201,7 @@ class RewardModelBlockConfig:
     seed: int = 0  # head initialisation
     use_margin: bool = False  # subtract each pair's margin from the reward gap (Llama 2); pairs without one use 0
     eval_batch_size: PositiveInt = 64  # pairs per forward pass when scoring held-out pairs
-    # share of each batch's pairs with the highest loss left out of the gradient (the small-loss trick
-    # against label noise, Han et al. 2018); set it near the noise rate of the pairs
-    drop_highest_loss: Annotated[float, Range(ge=0, lt=1)] = 0.0
+    drop_highest_loss: Annotated[float, Range(ge=0, lt=1)] = 0.0  # share of each batch's highest-loss pairs left out of the gradient (label noise; Han et al. 2018)
     checkpoint_dir: str = "data/06_models/checkpoints/reward_model"  # resume point of a killed run
     train: PairTrainConfig = field(default_factory=PairTrainConfig)  # the optimisation loop
 

@@ -46,9 +46,7 @@ class UpdateConfig:
     epochs: PositiveInt = 1  # passes over the round's samples
     minibatch_size: PositiveInt = 128  # samples per optimizer step
     micro_batch_size: PositiveInt | None = None  # samples per forward/backward; gradients accumulate to the minibatch
-    # padded tokens per forward/backward (rows x their widest; a row wider than this goes alone); None: no token limit.
-    # Activation memory scales with it; on a GPU, raise it to what the device holds (veRL's ppo_max_token_len_per_gpu)
-    micro_batch_tokens: PositiveInt | None = 2048
+    micro_batch_tokens: PositiveInt | None = 2048  # padded tokens (rows x widest) per forward/backward, bounding activation memory; raise it on a GPU; null: no limit
     clip_low: float = 0.2  # PPO ratio clip below 1
     clip_high: float = 0.2  # PPO ratio clip above 1 (DAPO clip-higher when larger)
     advantage_estimator: Literal[ESTIMATORS] = "grpo"  # grpo | dr_grpo | rloo | reinforce_pp
