@@ -19,8 +19,9 @@ pytestmark = pytest.mark.slow
 def repair_run(tmp_path_factory):
     project = make_project(tmp_path_factory.mktemp("code_repair_run"))
     runtime = copy.deepcopy(TINY_PARAMS)
-    runtime["domain"] = {"max_programs": 14, "mutants_per_program": 2, "splits": {"train": 0.6, "validation": 0.2,
-                                                                                  "test": 0.2}}
+    # builtin programs only: CI has no $RLVR_SHARED_DATA, and the env's MBPP source needs it
+    runtime["domain"] = {"sources": ["builtin"], "max_programs": 14, "mutants_per_program": 2,
+                         "splits": {"train": 0.6, "validation": 0.2, "test": 0.2}}
     runtime["curate"] = {"validation_from_train": 2}
     runtime["rl"]["sampling"] = {"max_new_tokens": 16}
     runtime["evaluate"] = {"k": 2, "validation_size": 4, "sampling": {"max_new_tokens": 16}}
