@@ -19,7 +19,8 @@ from kedro.utils import find_kedro_project
 from rlvr_factory.config_loader import ConfigLoader
 from rlvr_factory.parameters import RLConfig
 from rlvr_factory.pipelines import base_model, curate, evaluate, flywheel, preference, report, reward_model, rl, sft
-from rlvr_factory.schema import parse
+from rlvr_factory.rollout.agent_loop import RolloutConfig
+from rlvr_factory.schema import ConfigError, parse
 
 
 @dataclass(frozen=True)
@@ -30,12 +31,23 @@ class RLShape:
     rounds: int
     checkpoint_every: int
     with_reference: bool
+    max_staleness: int = 0
 
     @classmethod
     def from_parameters(cls, parameters: dict) -> RLShape:
-        """The shape `rl.rounds`, `rl.checkpoint_every` and `rl.update.kl_coef` ask for (checked: `ConfigError`)."""
+        """The shape `rl.rounds`, `rl.checkpoint_every`, `rl.update.kl_coef` and `rl.max_staleness` ask for
+        (checked: `ConfigError`)."""
         rl = parse(RLConfig, parameters.get("rl"), "rl")
-        return cls(rl.rounds, rl.checkpoint_every, rl.update.kl_coef > 0)
+        if rl.max_staleness > 1:
+            raise ConfigError("rl.max_staleness", f"asynchronous rounds run one rollout ahead of the update: 0 or 1, "
+                              f"got {rl.max_staleness}")
+        if rl.max_staleness:
+            rollout = RolloutConfig.from_params(parameters.get("rollout"))
+            if not rollout.background:
+                raise ConfigError("rl.max_staleness", "asynchronous rounds overlap sampling with the update only when "
+                                  "the engine samples in a process of its own: set rollout.background=true (the "
+                                  "transformers engine in a worker process; rollout.engine=vllm is not supported yet)")
+        return cls(rl.rounds, rl.checkpoint_every, rl.update.kl_coef > 0, rl.max_staleness)
 
 
 def run_parameters() -> dict:
@@ -57,7 +69,7 @@ def register_pipelines() -> dict[str, Pipeline]:
         "curate": curate.create_pipeline(),
         "base_model": base_model.create_pipeline(),
         "sft": sft.create_pipeline(),
-        "rl": rl.create_pipeline(shape.rounds, shape.checkpoint_every, shape.with_reference),
+        "rl": rl.create_pipeline(shape.rounds, shape.checkpoint_every, shape.with_reference, shape.max_staleness),
         "evaluate": evaluate.create_pipeline(),
         "report": report.create_pipeline(shape.rounds),
     }

@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import json
 import pickle
+import threading
 from typing import Any, Sequence
 
 from rlvr_factory import distributed
@@ -22,6 +23,7 @@ from rlvr_factory.verifiers.pool import Verifier, VerifierPool
 from rlvr_factory.verifiers.score import Score
 
 _pools: dict[tuple[bytes, int, float, int, str], VerifierPool] = {}
+_BATCHES = threading.RLock()  # one verify_batch at a time in this process
 
 
 def shared_pool(verifier: Verifier, verify: dict[str, Any]) -> VerifierPool:
@@ -53,14 +55,16 @@ def verify_batch(
     the pool's counters and, as `scheduler_<metric>`, the scheduler's over the batch (jobs per
     second, retries, timeouts, infra failures, peak queue depth and in-flight jobs, utilisation).
 
-    A domain whose reward has several components scores them itself (`domain.verify_batch`)."""
-    own = getattr(domain, "verify_batch", None)
-    if callable(own):
-        return own(completions, references, verify)
-    pool = shared_pool(domain.verifier, verify)
-    before, window_start = pool.stats, pool.scheduler.metrics(reset_peaks=True)
-    scores = pool.score_many([(c, domain.gold(r)) for c, r in zip(completions, references, strict=True)])
-    window = pool.scheduler.metrics().since(window_start)
+    A domain whose reward has several components scores them itself (`domain.verify_batch`).
+    Batches from several threads (a rollout running ahead of the update, asynchronous rounds) take turns."""
+    with _BATCHES:
+        own = getattr(domain, "verify_batch", None)
+        if callable(own):
+            return own(completions, references, verify)
+        pool = shared_pool(domain.verifier, verify)
+        before, window_start = pool.stats, pool.scheduler.metrics(reset_peaks=True)
+        scores = pool.score_many([(c, domain.gold(r)) for c, r in zip(completions, references, strict=True)])
+        window = pool.scheduler.metrics().since(window_start)
     return scores, {
         **{k: v - before[k] for k, v in pool.stats.items()},
         **{f"scheduler_{k}": v for k, v in window.items()},

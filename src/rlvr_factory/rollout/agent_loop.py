@@ -27,6 +27,7 @@ from rlvr_factory.rollout.engine import Engine, EngineStats, Request, SamplingCo
 from rlvr_factory.rollout.episode import LOOP_BUDGETS, Episode, Turn
 from rlvr_factory.rollout.hf import TransformersEngine
 from rlvr_factory.rollout.steps import Executor, ExecutorConfig, Failed
+from rlvr_factory.rollout.background import shared_background_engine
 from rlvr_factory.rollout.vllm_engine import VllmSettings, shared_engine
 from rlvr_factory.schema import parse
 from rlvr_factory.verifiers.score import Score
@@ -52,6 +53,8 @@ class RolloutConfig:
     max_context_tokens: int | None = None  # an episode ends before a turn that could exceed this many tokens
     reuse_kv: bool = True  # continue each episode from its KV cache instead of recomputing its history
     engine: str = "transformers"  # transformers (`generate`) | vllm (one engine per run, weights pushed every round)
+    background: bool = False  # engine transformers: sample in a worker process of its own, so asynchronous rounds (rl.max_staleness) overlap sampling with the update
+    background_threads: int = 1  # torch threads of that worker; the trainer's process keeps the other cores
     vllm: VllmSettings = field(default_factory=VllmSettings)  # engine: vllm only (docs/engines.md)
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)  # how observations enter the chat
     environment: ExecutorConfig = field(default_factory=ExecutorConfig)  # where environment calls run
@@ -59,6 +62,11 @@ class RolloutConfig:
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise ValueError(f"rollout.engine must be one of {ENGINES}, got {self.engine!r}")
+        if self.background_threads < 1:
+            raise ValueError(f"rollout.background_threads must be at least 1, got {self.background_threads}")
+        if self.background and self.engine != "transformers":
+            raise ValueError("rollout.background runs the transformers engine in a worker process; vLLM already "
+                             "samples in a process of its own: leave it false with rollout.engine=vllm")
         if self.max_turns < 1:
             raise ValueError(f"rollout.max_turns must be at least 1, got {self.max_turns}")
         if self.max_context_tokens is not None and self.max_context_tokens < 1:
@@ -239,15 +247,21 @@ def sample_episodes(
 
 def make_engine(policy: Policy, config: RolloutConfig, desc: str = "rollout") -> Engine:
     """The engine `rollout.engine` names, holding the policy's current weights: a transformers engine on the
-    policy itself, or the run's vLLM engine (started on first use, the weights pushed when they changed)."""
+    policy itself (or its worker process, `rollout.background`), or the run's vLLM engine (started on first use, the weights pushed when they changed)."""
     if config.engine == "vllm":
         engine = shared_engine(policy, config.vllm)
         engine.sync(policy)
         return engine
+    if config.background:
+        return shared_background_engine(policy, config.background_threads, config.reuse_kv).bound(policy)
     return TransformersEngine(policy, reuse_kv=config.reuse_kv, desc=desc)
 
 
 def push_weights(policy: Policy, config: RolloutConfig) -> float:
-    """Push the policy's weights into the run's vLLM engine right after an update; the seconds it took
-    (0 with the transformers engine, which samples from the policy itself)."""
-    return shared_engine(policy, config.vllm).sync(policy) if config.engine == "vllm" else 0.0
+    """Push the policy's weights into the run's vLLM engine (or background worker) right after an update; the
+    seconds it took (0 with the in-process transformers engine, which samples from the policy itself)."""
+    if config.engine == "vllm":
+        return shared_engine(policy, config.vllm).sync(policy)
+    if config.background:
+        return shared_background_engine(policy, config.background_threads, config.reuse_kv).sync(policy)
+    return 0.0

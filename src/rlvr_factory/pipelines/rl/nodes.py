@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
 import random
 import time
 
@@ -32,7 +35,7 @@ log = logging.getLogger(__name__)
 # Operational stats (wall-clock timings, the verifier pool's counters, which depend on what the
 # process verified before, the engine's token counts) go to MLflow but not into the round's stats
 # on disk, so a rerun of the same commit and configuration writes the same bytes.
-OPERATIONAL_KEYS = ("rollout_seconds", "update_seconds", "eval_seconds", "tokens_per_second", "env_seconds",
+OPERATIONAL_KEYS = ("rollout_seconds", "rollout_wait_seconds", "rollout_ahead_seconds", "update_seconds", "eval_seconds", "tokens_per_second", "env_seconds",
                     "env_steps_per_second")
 OPERATIONAL_PREFIX = ("verify_", "engine_")
 
@@ -52,6 +55,55 @@ def initial_policy(sft_policy: Policy, model: dict) -> Policy:
     lora = LoraSettings(**model.get("lora", {}))
     distributed.broadcast_parameters(sft_policy.model)  # data-parallel ranks start from rank 0's weights
     return Policy(with_lora(sft_policy.model, lora), sft_policy.tokenizer, sft_policy.version, sft_policy.optimizer_state)
+
+
+@dataclass
+class Prefetched:
+    """A round's rollout, started by the previous round before its update (asynchronous rounds)."""
+
+    round_index: int
+    behaviour_version: int
+    future: Future
+    started: float
+
+
+_AHEAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-rollout-ahead")
+
+
+def frozen_copy(policy: Policy) -> Policy:
+    """A copy of the policy that no update changes: what a rollout running beside the update samples from."""
+    model = copy.deepcopy(policy.model).eval()
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    return Policy(model, policy.tokenizer, policy.version)
+
+
+def prefetch_rollout(
+    policy: Policy, train_tasks: pd.DataFrame, rl: dict, domain: dict, verify: dict, rollout_params: dict,
+    pass_rates: pd.DataFrame, domain_levels: pd.DataFrame, *, round_index: int,
+) -> Prefetched:
+    """Start round `round_index`'s rollout in a background thread, from a frozen copy of `policy` (the
+    policy the previous round is about to update) and the curriculum state after the previous round.
+
+    It samples through the engine's worker process (`rollout.background`), so it runs while the update
+    trains; the round's `rollout` node collects it. The result is the same as the same rollout run
+    after the update on that copy: nothing in it depends on timing.
+    """
+    behaviour = frozen_copy(policy)
+    future = _AHEAD.submit(rollout, behaviour, train_tasks, rl, domain, verify, rollout_params, pass_rates,
+                           domain_levels, round_index=round_index)
+    return Prefetched(round_index, behaviour.version, future, time.perf_counter())
+
+
+def collect_rollout(prefetched: Prefetched, *, round_index: int) -> tuple[pd.DataFrame, dict]:
+    """The rollout the previous round started (asynchronous rounds), waited for; the stats add how long
+    this round waited for it (`rollout_wait_seconds`: 0 when sampling took no longer than the update)."""
+    if prefetched.round_index != round_index:
+        raise ValueError(f"round {round_index} was handed the rollout of round {prefetched.round_index}")
+    start = time.perf_counter()
+    frame, stats = prefetched.future.result()
+    return frame, {**stats, "rollout_wait_seconds": time.perf_counter() - start,
+                   "rollout_ahead_seconds": time.perf_counter() - prefetched.started}
 
 
 def _prompt_order(
@@ -159,6 +211,13 @@ def update(
     """
     seed = round_seed(rl, round_index)
     seed_everything(seed)
+    staleness = policy.version - int(scored["policy_version"].min()) if len(scored) else 0
+    if staleness > rl["max_staleness"]:
+        raise ValueError(
+            f"round {round_index}: the rollouts come from policy version {int(scored['policy_version'].min())}, "
+            f"{staleness} updates behind the policy version {policy.version} being trained, over "
+            f"rl.max_staleness={rl['max_staleness']}"
+        )
     samples = samples_from_scored(scored)
     if not samples:
         raise ValueError(
@@ -169,11 +228,19 @@ def update(
     update = {**rl["update"], "lr": round_lr(rl, round_index)}
     if update.get("overlong_cache_length") and update.get("overlong_max_length") is None:
         update["overlong_max_length"] = rl["sampling"]["max_new_tokens"]
+    if rl["max_staleness"] > 0:  # the behaviour policy is older than the trained one: correct for it (TIS)
+        update["engine_is_correction"] = True
     config = UpdateConfig(**update, seed=seed)
     stats = rl_update(policy, samples, config, reference.model if reference else None)
     update_seconds = time.perf_counter() - start
     episodes = RolloutConfig.from_params(rollout)
-    stats["engine_weight_sync_seconds"] = push_weights(policy, episodes)
+    if rl["max_staleness"] > 0:
+        # the next round's rollout may be sampling right now, on the engine: it syncs the weights it samples
+        # from itself, and this round's validation runs on the trained policy in this process
+        episodes = replace(episodes, engine="transformers", background=False)
+        stats["engine_weight_sync_seconds"] = 0.0
+    else:
+        stats["engine_weight_sync_seconds"] = push_weights(policy, episodes)
     start = time.perf_counter()
     val_tasks = tasks_from_frame(validation_tasks)[: evaluate["validation_size"]]
     val_accuracy = greedy_accuracy(policy, val_tasks, get_domain(domain), verify, SamplingConfig(**evaluate["sampling"]),
@@ -182,6 +249,7 @@ def update(
     stats.update(
         round=round_index,
         lr=config.lr,
+        **({"staleness": staleness} if rl["max_staleness"] > 0 else {}),
         **round_metrics(scored, episodes.max_turns),
         **component_stats(scored),  # proxy vs gold when the reward is learned (overoptimisation.py)
         **level_stats(domain_levels),

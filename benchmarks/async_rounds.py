@@ -1,0 +1,148 @@
+"""Rounds per hour, synchronous vs asynchronous rounds (`rl.max_staleness: 1`), on the real `rl` pipeline.
+
+    kedro run --pipelines=rlvr           # once: the curated tasks and the SFT policy the rounds start from
+    python benchmarks/async_rounds.py [--rounds 5] [--repeats 2] [--params rl.prompts_per_round=64,...]
+
+Each variant is a fresh process running `kedro run --pipelines=rl` (Kedro's sequential runner) in a
+scratch copy of this project's configuration and its curated tasks and SFT policy, alternating
+`--repeats` times so a busy machine slows all alike. The time of a run is from the start of
+`round_000`'s rollout to the end of the last round's update (node timings from a Kedro hook), so
+start-up and the background worker's start are left out. Variants:
+
+* `sync`: today's rounds, the transformers engine in the trainer's process (both cores);
+* `sync, background`: the same rounds with the engine in its worker process (one core each);
+* `async`: `rl.max_staleness: 1` with the engine in its worker process: round k+1's rollout samples
+  from a frozen copy of round k's starting policy while round k's update trains.
+
+The table gives seconds per round, rounds per hour, the ratio to `sync`, and the last round's
+validation greedy accuracy (learning must stay comparable: the full-run comparison is in docs/rl.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = {
+    "sync": {},
+    "sync, background": {"rollout.background": "true"},
+    "async (max_staleness 1)": {"rl.max_staleness": "1", "rollout.background": "true"},
+}
+CHILD = r'''
+import json, sys, time
+from pathlib import Path
+from kedro.framework.hooks import hook_impl
+from kedro.framework.session import KedroSession
+from kedro.framework.startup import bootstrap_project
+
+class Timer:
+    def __init__(self): self.start, self.end = {}, {}
+    @hook_impl
+    def before_node_run(self, node): self.start[node.name] = time.perf_counter()
+    @hook_impl
+    def after_node_run(self, node): self.end[node.name] = time.perf_counter()
+
+def main():
+    project, params = Path(sys.argv[1]), json.loads(sys.argv[2])
+    bootstrap_project(project)
+    timer = Timer()
+    with KedroSession.create(project_path=project, runtime_params=params) as session:
+        session._hook_manager.register(timer)
+        session.run(pipeline_names=["rl"])
+    rounds = int(params["rl"]["rounds"])
+    first, last = timer.start["round_000.rollout"], timer.end[f"round_{rounds - 1:03d}.update"]
+    history = json.loads((project / "data/08_reporting/round_history.json").read_text())
+    phases = {}
+    for name, end in timer.end.items():
+        if name.startswith("round_"):
+            phase = name.split(".", 1)[1]
+            phases[phase] = phases.get(phase, 0.0) + (end - timer.start[name]) / rounds
+    print("RESULT " + json.dumps({"seconds": last - first, "val": history[-1]["val_greedy_accuracy"], "phases": phases,
+                                  "staleness": [h.get("staleness", 0) for h in history]}))
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def nested(flat: dict[str, str]) -> dict:
+    """`a.b=1` items as a nested parameter dict, values parsed as YAML scalars."""
+    import yaml
+
+    out: dict = {}
+    for key, value in flat.items():
+        *parents, leaf = key.split(".")
+        node = out
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = yaml.safe_load(value)
+    return out
+
+
+def scratch_project(source: Path, where: Path) -> Path:
+    """This checkout's conf/ and pyproject.toml with the curated tasks and the SFT policy of `source`, in a fresh project."""
+    needed = [source / "data/05_model_input", source / "data/06_models/sft_policy"]
+    missing = [str(p) for p in needed if not p.exists()]
+    if missing:
+        sys.exit(f"async_rounds: {', '.join(missing)} missing; run `kedro run --pipelines=rlvr` in {source} first")
+    shutil.copytree(ROOT / "conf", where / "conf")
+    shutil.copy(ROOT / "pyproject.toml", where / "pyproject.toml")
+    (where / "src").mkdir()
+    (where / "mlruns").mkdir()
+    for path in needed:
+        shutil.copytree(path, where / path.relative_to(source))
+    return where
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--project", type=Path, default=ROOT, help="where the tasks and SFT policy come from: a project "
+                        "that has run `kedro run --pipelines=rlvr` (default: this one)")
+    parser.add_argument("--variants", default=";".join(VARIANTS), help="which, separated by ';': " + "; ".join(VARIANTS))
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--params", default="", help="extra a.b=v,... for every variant (e.g. rl.prompts_per_round=32)")
+    args = parser.parse_args()
+    extra = dict(item.split("=", 1) for item in args.params.split(",") if item)
+    env = {**os.environ, "DO_NOT_TRACK": "true", "KEDRO_DISABLE_TELEMETRY": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    chosen = [v.strip() for v in args.variants.split(";")]
+    results: dict[str, list[dict]] = {name: [] for name in VARIANTS if name in chosen}
+    with tempfile.TemporaryDirectory(prefix="async_rounds_") as tmp:
+        for repeat in range(args.repeats):
+            for name in results:
+                overrides = VARIANTS[name]
+                project = scratch_project(args.project, Path(tmp) / f"{repeat}_{len(results[name])}_{name[:5]}")
+                params = nested({"rl.rounds": str(args.rounds), "rl.checkpoint_every": "0", **extra, **overrides})
+                env["MLFLOW_TRACKING_URI"] = f"sqlite:///{project}/mlruns/mlflow.db"
+                done = subprocess.run([sys.executable, "-c", CHILD, str(project), json.dumps(params)], cwd=project,
+                                      env=env, capture_output=True, text=True)
+                line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
+                if done.returncode or line is None:
+                    sys.exit(f"{name} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+                results[name].append(json.loads(line[len("RESULT "):]))
+                phases = ", ".join(f"{k} {v:.2f}" for k, v in results[name][-1]["phases"].items() if v >= 0.05)
+                print(f"  repeat {repeat + 1}/{args.repeats} {name}: {results[name][-1]['seconds']:.1f} s "
+                      f"(s per round in nodes: {phases})", flush=True)
+                shutil.rmtree(project)
+    first = next(iter(results))
+    base = statistics.median(r["seconds"] for r in results[first])
+    print(f"\n{args.rounds} rounds of the `rl` pipeline ({args.params or 'conf/base'}), median of {args.repeats}, "
+          f"{os.cpu_count()} cores\n")
+    print(f"| variant | s / round | rounds / hour | vs {first} | val greedy (last round) | staleness per round |")
+    print("|---|---|---|---|---|---|")
+    for name, runs in results.items():
+        seconds = statistics.median(r["seconds"] for r in runs)
+        print(f"| {name} | {seconds / args.rounds:.1f} | {3600 * args.rounds / seconds:.0f} | {base / seconds:.2f}x | "
+              f"{statistics.median(r['val'] for r in runs):.3f} | {runs[0]['staleness']} |")
+
+
+if __name__ == "__main__":
+    main()

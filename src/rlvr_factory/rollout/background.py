@@ -1,0 +1,202 @@
+"""The transformers engine in a process of its own, so sampling and the trainer run at the same time.
+
+Asynchronous rounds (`rl.max_staleness`) overlap round k+1's rollout with round k's update. In one
+Python process the two contend for the interpreter lock and for the same torch threads, and on a
+small model they do not overlap at all (measured: 0.99x on the embedded model, 0.74x at hidden 512,
+two threads against one after the other). `rollout.background: true` moves the engine's forward passes into a
+spawned worker process with `rollout.background_threads` torch threads of its own; the trainer's
+process keeps the remaining cores (`torch.set_num_threads`), and waiting on the worker releases
+the lock, so the agent loop, the environments and the update go on meanwhile.
+
+The worker runs the same `TransformersEngine` (same sampling, same log-probs, same KV reuse
+across turns) on its own copy of the weights. `sync(policy)` sends the policy's weights when the
+worker does not already hold that policy's version: cloned CPU tensors through shared memory, so
+the trainer can change its own weights in place while the worker samples from the copy.
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import logging
+import os
+import threading
+import time
+import traceback
+from typing import Any, Sequence
+
+import torch
+import torch.multiprocessing as mp
+
+from rlvr_factory.models.lora import is_lora, merged_copy
+from rlvr_factory.models.policy import Policy
+from rlvr_factory.rollout.engine import EngineStats, Generation, Request, SamplingConfig
+
+log = logging.getLogger(__name__)
+START_TIMEOUT_S = 300.0  # the worker imports torch and transformers, then receives the model
+
+
+class BackgroundEngineError(RuntimeError):
+    """The worker process died, or a command failed inside it; the run stops rather than sample from stale weights."""
+
+
+def _cpu_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The served model's weights as fresh CPU tensors (LoRA merged), safe to share with another process."""
+    served = merged_copy(model) if is_lora(model) else model
+    return {k: v.detach().to("cpu", copy=True) for k, v in served.state_dict().items()}
+
+
+def _serve(conn: Any, threads: int, reuse_kv: bool, device: str) -> None:
+    """The worker: load a model, take weights, generate, until told to close or the pipe closes."""
+    torch.set_num_threads(threads)
+    from rlvr_factory.rollout.hf import TransformersEngine  # the worker imports transformers itself
+
+    engine = None
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        kind = message[0]
+        try:
+            if kind == "load":
+                _, model, tokenizer, version = message
+                model = model.to(device).eval()
+                for p in model.parameters():
+                    p.requires_grad_(False)
+                engine = TransformersEngine(Policy(model, tokenizer, version), reuse_kv=reuse_kv, desc="background rollout")
+                reply: Any = None
+            elif kind == "weights":
+                _, weights, version = message
+                engine.policy.model.load_state_dict(weights, strict=True)
+                engine.policy.version = version
+                engine._caches = []  # KV computed by other weights is never continued
+                reply = None
+            elif kind == "generate":
+                reply = engine.generate(message[1], message[2])
+            elif kind == "close":
+                conn.send(("ok", None))
+                return
+            else:
+                raise ValueError(f"unknown command {kind!r}")
+            conn.send(("ok", reply))
+        except Exception as e:  # the host raises it with the worker's traceback
+            conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+
+
+class BackgroundEngine:
+    """`Engine` whose forward passes run in a spawned worker process (see the module doc)."""
+
+    def __init__(self, policy: Policy, threads: int = 1, reuse_kv: bool = True) -> None:
+        self.threads = threads
+        self.sync_seconds: list[float] = []
+        self.loaded: tuple[int, int] | None = None
+        self.lock = threading.RLock()  # one command at a time: a rollout ahead and an evaluation may share the worker
+        context = mp.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self._process = context.Process(target=_serve, args=(child, threads, reuse_kv, str(policy.device)),
+                                        name="rlvr-background-engine", daemon=True)
+        start = time.perf_counter()
+        self._process.start()
+        child.close()
+        served = merged_copy(policy.model) if is_lora(policy.model) else copy.deepcopy(policy.model)
+        self._call(("load", served.to("cpu"), policy.tokenizer, policy.version), START_TIMEOUT_S)
+        self.loaded = (id(policy.model), policy.version)
+        self._threads_before = torch.get_num_threads()
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self.trainer_threads = max(1, cores - threads)
+        torch.set_num_threads(self.trainer_threads)
+        log.info("background engine: worker pid %d started in %.1f s on %d torch thread(s); the trainer keeps %d",
+                 self._process.pid, time.perf_counter() - start, threads, self.trainer_threads)
+
+    def _call(self, message: tuple, timeout: float | None = None) -> Any:
+        with self.lock:
+            return self._exchange(message, timeout)
+
+    def _exchange(self, message: tuple, timeout: float | None) -> Any:
+        if not self._process.is_alive():
+            raise BackgroundEngineError(f"the background engine's worker (pid {self._process.pid}) is not running "
+                                        f"(exit code {self._process.exitcode}); resume from the last checkpoint")
+        self._conn.send(message)
+        while not self._conn.poll(1.0 if timeout is None else min(1.0, timeout)):
+            if not self._process.is_alive():
+                raise BackgroundEngineError(f"the background engine's worker (pid {self._process.pid}) died during "
+                                            f"{message[0]!r} (exit code {self._process.exitcode})")
+            if timeout is not None:
+                timeout -= 1.0
+                if timeout <= 0:
+                    raise BackgroundEngineError(f"the background engine's worker did not answer {message[0]!r} in time")
+        status, reply = self._conn.recv()
+        if status != "ok":
+            raise BackgroundEngineError(f"the background engine failed on {message[0]!r}: {reply}")
+        return reply
+
+    def push_weights(self, policy: Policy) -> float:
+        """Send the policy's weights to the worker; the seconds it took."""
+        start = time.perf_counter()
+        self._call(("weights", _cpu_weights(policy.model), policy.version))
+        self.loaded = (id(policy.model), policy.version)
+        seconds = time.perf_counter() - start
+        self.sync_seconds.append(seconds)
+        return seconds
+
+    def sync(self, policy: Policy) -> float:
+        """Push the policy's weights unless the worker holds them already; the seconds spent."""
+        with self.lock:
+            return 0.0 if self.loaded == (id(policy.model), policy.version) else self.push_weights(policy)
+
+    def bound(self, policy: Policy) -> BoundEngine:
+        """An `Engine` that always samples from `policy`'s weights, whoever else uses the worker meanwhile."""
+        return BoundEngine(self, policy)
+
+    def generate(self, requests: Sequence[Request], config: SamplingConfig) -> tuple[list[Generation], EngineStats]:
+        """One turn for every request, sampled in the worker exactly as `TransformersEngine.generate` does."""
+        return self._call(("generate", [Request(list(r.context), r.key) for r in requests], config))
+
+    def close(self) -> None:
+        """Stop the worker and give the trainer's process its torch threads back."""
+        torch.set_num_threads(self._threads_before)
+        if self._process.is_alive():
+            try:
+                self._call(("close",), 10.0)
+            except BackgroundEngineError:
+                pass
+            self._process.join(5.0)
+            if self._process.is_alive():
+                self._process.kill()
+        self._conn.close()
+
+
+class BoundEngine:
+    """The background engine sampling from one policy: each `generate` makes sure the worker holds that
+    policy's weights (a rollout running ahead and an evaluation may alternate on one worker)."""
+
+    def __init__(self, engine: BackgroundEngine, policy: Policy) -> None:
+        self.engine, self.policy = engine, policy
+
+    def generate(self, requests: Sequence[Request], config: SamplingConfig) -> tuple[list[Generation], EngineStats]:
+        with self.engine.lock:
+            self.engine.sync(self.policy)
+            return self.engine.generate(requests, config)
+
+
+_RUNNING: dict[tuple, BackgroundEngine] = {}
+
+
+def shared_background_engine(policy: Policy, threads: int, reuse_kv: bool) -> BackgroundEngine:
+    """The process's background engine for this architecture and settings (started on first use)."""
+    key = (type(policy.model).__name__, policy.model.config.to_json_string(), threads, reuse_kv, str(policy.device))
+    engine = _RUNNING.get(key)
+    if engine is None:
+        close_background_engines()
+        engine = _RUNNING[key] = BackgroundEngine(policy, threads, reuse_kv)
+    return engine
+
+
+def close_background_engines() -> None:
+    """Stop the process's background engine, if any."""
+    for key in list(_RUNNING):
+        _RUNNING.pop(key).close()
+
+
+atexit.register(close_background_engines)

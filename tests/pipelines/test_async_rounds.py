@@ -1,0 +1,99 @@
+"""Asynchronous rounds (`rl.max_staleness: 1`): round k+1's rollout samples from a frozen copy of round k's
+starting policy while round k's update trains; the staleness never exceeds the bound, in a whole run
+and in a resumed one."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+
+import pandas as pd
+import pytest
+
+from rlvr_factory.pipeline_registry import RLShape
+from rlvr_factory.pipelines.rl.pipeline import behaviour_rounds, create_pipeline
+from rlvr_factory.schema import ConfigError
+from tests.pipelines.conftest import TINY_PARAMS, make_project, run_pipeline
+from tests.pipelines.test_rl_options import merged
+from tests.pipelines.test_rlvr_pipeline import _kedro_cli, _kill_once_written, _log_tail
+
+ASYNC = {"rl": {"max_staleness": 1}, "rollout": {"background": True}}
+HISTORY = "data/08_reporting/round_history.json"
+
+
+def test_each_round_samples_from_the_policy_one_round_back_but_never_from_before_a_checkpoint():
+    assert behaviour_rounds(5, 0, 0) == [0, 1, 2, 3, 4]
+    assert behaviour_rounds(5, 0, 1) == [0, 0, 1, 2, 3]
+    assert behaviour_rounds(6, 2, 1) == [0, 0, 2, 2, 4, 4]  # the round after a checkpoint starts from it
+    with pytest.raises(ValueError, match="one rollout ahead"):
+        create_pipeline(4, 0, False, 2)
+
+
+def test_the_next_rollout_depends_on_no_update_after_the_policy_it_samples_from():
+    rounds = create_pipeline(4, 0, False, 1)
+    for k in (1, 2, 3):
+        upstream = {n.name for n in rounds.to_nodes(f"round_{k:03d}.rollout").nodes}
+        assert f"round_{k - 1:03d}.update" not in upstream  # free to run while that update trains
+        assert f"round_{k - 1:03d}.prefetch_next_rollout" in upstream
+        assert k < 2 or f"round_{k - 2:03d}.update" in upstream  # but no further ahead than one round
+        # the frozen copy is taken before the update changes the policy in place
+        assert f"round_{k - 1:03d}.prefetch_next_rollout" in {n.name for n in rounds.to_nodes(f"round_{k - 1:03d}.update").nodes}
+    synchronous = create_pipeline(4, 0, False, 0)
+    assert f"round_000.update" in {n.name for n in synchronous.to_nodes("round_001.rollout").nodes}
+
+
+def test_asynchronous_rounds_need_an_engine_in_a_process_of_its_own_and_a_staleness_of_one():
+    with pytest.raises(ConfigError, match="rollout.background=true"):
+        RLShape.from_parameters({"rl": {"max_staleness": 1}})
+    with pytest.raises(ConfigError, match="0 or 1"):
+        RLShape.from_parameters({"rl": {"max_staleness": 2}, "rollout": {"background": True}})
+    assert RLShape.from_parameters({"rl": {"max_staleness": 1}, "rollout": {"background": True}}).max_staleness == 1
+
+
+@pytest.fixture(scope="module")
+def before_rl(tmp_path_factory):
+    """A project whose curate, base-model and SFT stages have run."""
+    project = make_project(tmp_path_factory.mktemp("before_async_rl"))
+    for stage in ("curate", "base_model", "sft"):
+        run_pipeline(project, TINY_PARAMS, pipeline=stage)
+    return project
+
+
+def _params(rounds: int, checkpoint_every: int) -> dict:
+    params = merged(copy.deepcopy(TINY_PARAMS), ASYNC)
+    params["rl"].update(rounds=rounds, checkpoint_every=checkpoint_every)
+    return params
+
+
+def _versions(project) -> list[int]:
+    """The policy version each round's rollouts were sampled from."""
+    return [int(pd.read_parquet(project / f"data/07_model_output/scored/round_{k:03d}.parquet")["policy_version"].iloc[0])
+            for k in range(len(json.loads((project / HISTORY).read_text())))]
+
+
+@pytest.mark.slow
+def test_an_asynchronous_run_trains_on_rollouts_one_version_behind_and_reruns_to_the_same_bytes(before_rl, tmp_path):
+    first, second = (shutil.copytree(before_rl, tmp_path / name) for name in ("first", "second"))
+    for project in (first, second):
+        run_pipeline(project, _params(3, 0), pipeline="rl")
+    history = json.loads((first / HISTORY).read_text())
+    assert [h["staleness"] for h in history] == [0, 1, 1]
+    versions = _versions(first)
+    assert [v - versions[0] for v in versions] == [0, 0, 1]  # round 1 sampled from round 0's policy
+    # nothing depends on how the rollout ahead and the update interleaved
+    assert (first / HISTORY).read_bytes() == (second / HISTORY).read_bytes()
+
+
+@pytest.mark.slow
+def test_a_killed_asynchronous_run_resumes_with_the_staleness_of_a_whole_one(before_rl, tmp_path):
+    params = _params(4, 2)
+    reference, project = (shutil.copytree(before_rl, tmp_path / name) for name in ("uninterrupted", "killed"))
+    run_pipeline(reference, params, pipeline="rl")
+    assert [h["staleness"] for h in json.loads((reference / HISTORY).read_text())] == [0, 1, 0, 1]
+
+    _kill_once_written(project, params, project / "data/06_models/checkpoints/round_001/optimizer.pt", "--pipeline=rl")
+    assert not (project / HISTORY).exists(), "the run finished before it was killed"
+    resumed = _kedro_cli(project, params, "--pipeline=rl", "--from-nodes=round_002.rollout")
+    assert resumed.wait(timeout=600) == 0, _log_tail(project)
+    assert (project / HISTORY).read_bytes() == (reference / HISTORY).read_bytes()
