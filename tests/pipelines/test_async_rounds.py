@@ -14,7 +14,8 @@ import pytest
 from rlvr_factory.pipeline_registry import RLShape
 from rlvr_factory.pipelines.rl.pipeline import behaviour_rounds, create_pipeline
 from rlvr_factory.schema import ConfigError
-from tests.pipelines.conftest import TINY_PARAMS, make_project, run_pipeline
+from tests.pipelines.conftest import TINY_PARAMS, run_pipeline
+from tests.pipelines.test_resume import before_rl  # noqa: F401  (the fixture: curate, base model and SFT run once)
 from tests.pipelines.test_rl_options import merged
 from tests.pipelines.test_rlvr_pipeline import _kedro_cli, _kill_once_written, _log_tail
 
@@ -49,15 +50,6 @@ def test_asynchronous_rounds_need_an_engine_in_a_process_of_its_own_and_a_stalen
     with pytest.raises(ConfigError, match="0 or 1"):
         RLShape.from_parameters({"rl": {"max_staleness": 2}, "rollout": {"background": True}})
     assert RLShape.from_parameters({"rl": {"max_staleness": 1}, "rollout": {"background": True}}).max_staleness == 1
-
-
-@pytest.fixture(scope="module")
-def before_rl(tmp_path_factory):
-    """A project whose curate, base-model and SFT stages have run."""
-    project = make_project(tmp_path_factory.mktemp("before_async_rl"))
-    for stage in ("curate", "base_model", "sft"):
-        run_pipeline(project, TINY_PARAMS, pipeline=stage)
-    return project
 
 
 def _params(rounds: int, checkpoint_every: int) -> dict:
