@@ -87,10 +87,25 @@ def log_policy_model(
 
 
 def log_reward_model(reward_model: Policy, metrics: Mapping[str, float]) -> ModelInfo:
-    """Log a reward model (an HF sequence-classification model) with MLflow's transformers flavour
-    in the active run, as `reward_model/`, with `metrics` attached."""
+    """Log a reward model with MLflow's transformers flavour in the active run, as `reward_model/`,
+    with `metrics` attached: a sequence classifier as one model; an implicit reward model as its
+    trained causal LM (`reward_model/`, its `implicit_reward` record in the model's metadata) and
+    its frozen reference (`reward_model_reference/`)."""
+    from rlvr_factory.models.reward_model import IMPLICIT_KEY, ImplicitRewardModel
+
     if mlflow.active_run() is None:
         raise RuntimeError("no active MLflow run to log the reward model in; start one (kedro-mlflow does) first")
+    model = reward_model.model
+    if isinstance(model, ImplicitRewardModel):
+        record = {IMPLICIT_KEY: getattr(model.config, IMPLICIT_KEY)}
+        mlflow.transformers.log_model({"model": model.reference, "tokenizer": reward_model.tokenizer},
+                                      name="reward_model_reference", task="text-generation",
+                                      pip_requirements=_requirements(), metadata={"role": "implicit reward reference"})
+        info = mlflow.transformers.log_model({"model": model.policy, "tokenizer": reward_model.tokenizer},
+                                             name="reward_model", task="text-generation",
+                                             pip_requirements=_requirements(), metadata=record)
+        mlflow.log_metrics(dict(metrics), model_id=info.model_id)
+        return info
     info = mlflow.transformers.log_model(
         {"model": reward_model.model, "tokenizer": reward_model.tokenizer}, name="reward_model",
         task="text-classification", pip_requirements=_requirements(),

@@ -198,7 +198,9 @@ class DPOBlockConfig:
 
 @dataclass(frozen=True)
 class RewardModelBlockConfig:
-    backbone: str = "policy"  # policy: a fresh scalar head on the SFT policy's backbone | an HF sequence-classification model
+    backbone: str = "policy"  # policy: the SFT policy | an HF sequence-classification model (head: scalar) or causal LM (head: implicit)
+    head: Literal["scalar", "implicit"] = "scalar"  # scalar: a fresh scalar head on the backbone | implicit: r = beta log(pi / pi_ref), pi trained from the backbone, pi_ref its frozen copy
+    beta: PositiveFloat = 0.1  # head: implicit, the scale of the log-ratio reward
     seed: int = 0  # head initialisation
     use_margin: bool = False  # subtract each pair's margin from the reward gap (Llama 2); pairs without one use 0
     eval_batch_size: PositiveInt = 64  # pairs per forward pass when scoring held-out pairs

@@ -43,12 +43,18 @@ def test_curation_writes_embedded_pairs_under_the_contract(project):
     assert list(quarantine.columns) == PAIR_QUARANTINE_COLUMNS
 
 
-def test_the_reward_model_is_an_hf_classifier_with_its_held_out_accuracy_in_mlflow(project):
-    model = AutoModelForSequenceClassification.from_pretrained(project / "data/06_models/reward_model")
-    assert model.config.num_labels == 1 and set(model.config.reward_stats) == {"mean", "std"}
+def test_the_reward_model_is_an_implicit_reward_with_its_held_out_accuracy_in_mlflow(project):
+    """The default head: pi and pi_ref saved as causal-LM directories, the reward read as beta log(pi / pi_ref)."""
+    from rlvr_factory.models.reward_model import ImplicitRewardModel, load_reward_model
+
+    path = project / "data/06_models/reward_model"
+    AutoModelForCausalLM.from_pretrained(path / "reference")
+    loaded = load_reward_model(str(path), device="cpu")
+    assert isinstance(loaded.model, ImplicitRewardModel) and loaded.model.beta == 0.1
+    assert set(loaded.model.config.reward_stats) == {"mean", "std"}
     report = json.loads((project / "data/08_reporting/reward_model.json").read_text())
     assert 0.0 <= report["val_accuracy"] <= 1.0 and report["validation_pairs"] == TINY_PARAMS["domain"]["splits"]["validation"]
-    assert {"val_accuracy/direct", "val_accuracy/slip"} <= set(report)
+    assert {"val_accuracy/direct", "val_accuracy/slip"} <= set(report) and report["head"] == "implicit"
     client, runs = _runs(project)
     rm_run = runs[0]
     steps = TINY_PARAMS["reward_model"]["train"]
@@ -56,7 +62,7 @@ def test_the_reward_model_is_an_hf_classifier_with_its_held_out_accuracy_in_mlfl
     assert len(client.get_metric_history(rm_run.info.run_id, "reward_model.loss")) == steps["steps"]
     assert rm_run.data.metrics["preferences.pairs"] == len(pd.read_parquet(project / "data/03_primary/preference_pairs.parquet"))
     logged = [m.name for m in client.search_logged_models([rm_run.info.experiment_id]) if m.source_run_id == rm_run.info.run_id]
-    assert logged == ["reward_model"]
+    assert sorted(logged) == ["reward_model", "reward_model_reference"]
 
 
 def test_dpo_writes_the_policy_and_compares_it_with_sft_on_the_test_split(project):
@@ -89,6 +95,20 @@ def test_rl_on_the_learned_reward_logs_proxy_and_gold_every_round_and_plots_them
     assert (project / "data/08_reporting/plots/overoptimisation.png").stat().st_size > 10_000
     client, runs = _runs(project)
     assert [m.step for m in client.get_metric_history(runs[2].info.run_id, "rl.proxy_reward_mean")] == [0, 1]
+
+
+def test_a_scalar_head_reward_model_is_an_hf_classifier(project):
+    params = copy.deepcopy(TINY_PARAMS)
+    params["reward_model"] = {**params["reward_model"], "head": "scalar"}
+    run_pipeline(project, params, pipeline="reward_model")
+    model = AutoModelForSequenceClassification.from_pretrained(project / "data/06_models/reward_model")
+    assert model.config.num_labels == 1 and set(model.config.reward_stats) == {"mean", "std"}
+    assert not (project / "data/06_models/reward_model/reference").exists()
+    assert json.loads((project / "data/08_reporting/reward_model.json").read_text())["head"] == "scalar"
+    client, runs = _runs(project)
+    logged = [m.name for m in client.search_logged_models([runs[-1].info.experiment_id])
+              if m.source_run_id == runs[-1].info.run_id]
+    assert logged == ["reward_model"]
 
 
 def test_bad_pairs_from_a_file_go_to_quarantine_with_the_reason(project, tmp_path):

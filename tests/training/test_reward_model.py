@@ -93,3 +93,107 @@ def test_a_classifier_with_several_labels_is_not_a_reward_model(tmp_path):
     policy.tokenizer.save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="3 labels"):
         load_reward_model(str(tmp_path), device="cpu")
+
+
+# --- implicit reward models: r = beta log(pi / pi_ref) ----------------------------------------------
+
+
+def _logps(model, ids, attention, mask):
+    from rlvr_factory.rl.preference import sequence_logps
+    from rlvr_factory.training.lm import token_logprobs
+
+    return sequence_logps(token_logprobs(model, ids, attention, positions=mask)[0], mask)
+
+
+def test_an_implicit_reward_model_starts_at_zero_and_reads_beta_times_the_log_ratio():
+    policy = make_tiny_policy()
+    rm = reward_model_from_policy(policy, head="implicit", beta=0.5)
+    pairs = encoded(rm.tokenizer, 3)
+    ids, attention, mask = pair_batch(pairs, rm.tokenizer.pad_token_id)
+    assert sequence_rewards(rm.model, ids, attention, mask).abs().max() < 1e-5  # pi == pi_ref as training starts
+    with torch.no_grad():
+        rm.model.policy.lm_head.weight.mul_(1.5)
+    expected = 0.5 * (_logps(rm.model.policy, ids, attention, mask) - _logps(policy.model, ids, attention, mask))
+    got = sequence_rewards(rm.model, ids, attention, mask)
+    assert got.abs().max() > 0.01
+    assert torch.allclose(got, expected, atol=1e-5)
+    assert not any(p.requires_grad for p in rm.model.reference.parameters())
+    assert rm.model.policy.lm_head.weight.data_ptr() != policy.model.lm_head.weight.data_ptr()  # the policy is untouched
+    rm.model.train()
+    assert not rm.model.reference.training and rm.model.policy.training
+    with pytest.raises(ValueError, match="completion mask"):
+        sequence_rewards(rm.model, ids, attention)
+
+
+def test_an_implicit_reward_model_learns_the_preference_and_only_its_policy_moves():
+    rm = reward_model_from_policy(make_tiny_policy(), head="implicit", beta=0.1)
+    reference = {k: v.clone() for k, v in rm.model.reference.state_dict().items()}
+    train, held_out = encoded(rm.tokenizer, 64), encoded(rm.tokenizer, 32, seed=1, split="validation")
+    history = train_reward_model(rm, train, held_out, CONFIG)
+    assert history[-1]["val_accuracy"] >= 0.9
+    assert history[-1]["loss"] < history[0]["loss"]
+    assert all(torch.equal(v, rm.model.reference.state_dict()[k]) for k, v in reference.items())
+
+
+def test_a_saved_implicit_reward_model_loads_with_its_reference_and_the_same_rewards(tmp_path):
+    from rlvr_factory.models.reward_model import ImplicitRewardModel, implicit_record
+
+    rm = reward_model_from_policy(make_tiny_policy(), head="implicit", beta=0.2)
+    with torch.no_grad():
+        rm.model.policy.lm_head.weight.mul_(1.3)
+    rm.model.config.reward_stats = {"mean": 0.1, "std": 0.5}
+    save_policy(rm, tmp_path / "rm")
+    assert (tmp_path / "rm" / "reference" / "config.json").exists()
+    assert implicit_record(tmp_path / "rm") == {"beta": 0.2, "reference": "reference"}
+    loaded = load_reward_model(str(tmp_path / "rm"), device="cpu")
+    assert isinstance(loaded.model, ImplicitRewardModel) and loaded.model.beta == 0.2
+    assert loaded.model.config.reward_stats == {"mean": 0.1, "std": 0.5}
+    pairs = encoded(rm.tokenizer, 4)
+    assert pair_accuracy(loaded, pairs) == pytest.approx(pair_accuracy(rm, pairs))
+    import shutil
+
+    shutil.rmtree(tmp_path / "rm" / "reference")
+    with pytest.raises(FileNotFoundError, match="lacks its reference model"):
+        load_reward_model(str(tmp_path / "rm"), device="cpu")
+
+
+def test_a_killed_implicit_reward_model_run_resumes_to_the_same_weights(tmp_path, monkeypatch):
+    """Killed after its first checkpoint, a fresh process resumes on the checkpoint's policy, reference
+    and optimizer moments and ends on the uninterrupted run's weights."""
+    import dataclasses
+
+    from rlvr_factory.models.reward_model import ImplicitRewardModel
+    from rlvr_factory.training.pairs import Checkpoint
+
+    config = dataclasses.replace(CONFIG, train=dataclasses.replace(CONFIG.train, steps=6, eval_every=0,
+                                                                     checkpoint_every=2))
+    train = encoded(make_tiny_policy().tokenizer, 24)
+    whole = reward_model_from_policy(make_tiny_policy(), head="implicit")
+    train_reward_model(whole, train, train[:4], config)
+    checkpoint = Checkpoint(tmp_path / "ckpt", ImplicitRewardModel)
+    real_step, calls = torch.optim.AdamW.step, {"n": 0}
+
+    def dies_at_step_5(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt("killed")
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", dies_at_step_5)
+    with pytest.raises(KeyboardInterrupt):
+        train_reward_model(reward_model_from_policy(make_tiny_policy(), head="implicit"), train, train[:4], config,
+                           checkpoint)
+    assert (tmp_path / "ckpt" / "reference" / "config.json").exists()
+    steps_after = {"n": 0}
+
+    def counted(self, *args, **kwargs):
+        steps_after["n"] += 1
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", counted)
+    fresh = reward_model_from_policy(make_tiny_policy(), head="implicit")
+    history = train_reward_model(fresh, train, train[:4], config, checkpoint)
+    assert steps_after["n"] == 2  # steps 4 and 5: the first four came from the checkpoint
+    assert [r["step"] for r in history] == list(range(6))
+    for (name, a), b in zip(whole.model.state_dict().items(), fresh.model.state_dict().values()):
+        assert torch.equal(a, b), name

@@ -37,11 +37,15 @@ class HangingRewardModel(RewardModelVerifier):
         return super().score_batch(pairs)
 
 
-@pytest.fixture(scope="module")
-def rm_path(tmp_path_factory):
-    """A tiny reward model directory, with held-out reward statistics in its config."""
+@pytest.fixture(scope="module", params=["scalar", "implicit"])
+def rm_path(tmp_path_factory, request):
+    """A tiny reward model directory, with held-out reward statistics in its config: a scalar head, or
+    an implicit reward model whose policy has moved away from its reference."""
     path = tmp_path_factory.mktemp("rm") / "reward_model"
-    rm = reward_model_from_policy(make_tiny_policy(seed=1), seed=1)
+    rm = reward_model_from_policy(make_tiny_policy(seed=1), seed=1, head=request.param, beta=0.5)
+    if request.param == "implicit":
+        with torch.no_grad():
+            rm.model.policy.lm_head.weight.mul_(1.3)
     rm.model.config.reward_stats = {"mean": 0.25, "std": 2.0}
     save_policy(rm, path)
     return str(path)
@@ -79,10 +83,11 @@ def test_each_sample_gets_its_own_status_a_too_long_one_is_an_error(rm_path):
     assert scores[1].reward == 0.0
 
 
-def test_a_reward_model_that_returns_nan_scores_errors_not_rewards(tmp_path):
-    rm = reward_model_from_policy(make_tiny_policy())
+@pytest.mark.parametrize("head", ["scalar", "implicit"])
+def test_a_reward_model_that_returns_nan_scores_errors_not_rewards(tmp_path, head):
+    rm = reward_model_from_policy(make_tiny_policy(), head=head)
     with torch.no_grad():
-        rm.model.score.weight.fill_(float("nan"))
+        (rm.model.score if head == "scalar" else rm.model.policy.lm_head).weight.fill_(float("nan"))
     save_policy(rm, tmp_path / "nan")
     scores = RewardModelVerifier(str(tmp_path / "nan")).score_batch(pairs(2))
     assert [(s.status, s.reward) for s in scores] == [("error", 0.0), ("error", 0.0)]
@@ -96,6 +101,16 @@ def test_a_batch_that_hangs_times_out_each_of_its_samples_and_no_other(rm_path):
         assert time.monotonic() - start < 10
         assert pool.stats["timeouts"] == 4
     assert [s.status for s in scores] == ["ok"] * 4 + ["timeout"] * 4
+
+
+def test_a_completion_scores_the_same_in_any_batch_whatever_the_padding(rm_path):
+    checks = [("1", reward_model_gold("Compute 1+2")), ("1+2=3, so the answer is \\boxed{3}", reward_model_gold("Compute 1+2")),
+              ("\\boxed{3}", reward_model_gold("Compute 10+20+30"))]
+    verifier = RewardModelVerifier(rm_path, batch_size=8, standardize=False)
+    together = [s.reward for s in verifier.score_batch(checks)]
+    alone = [verifier.score_batch([c])[0].reward for c in checks]
+    assert together == pytest.approx(alone, abs=1e-5)
+    assert len({round(r, 5) for r in together}) == 3
 
 
 def test_scoring_leaves_no_state_behind(rm_path):
@@ -114,9 +129,9 @@ def test_a_spelled_out_end_of_turn_is_text_to_the_reward_model(rm_path):
     policy, _ = verifier._model()
     (pair,) = encode_pairs(policy.tokenizer, [PreferencePair("p", "Compute 1+2", completion, "x")])
     assert pair.chosen_ids.count(policy.tokenizer.eos_token_id) == 1
-    ids, attention, _ = pair_batch([pair], policy.tokenizer.pad_token_id)
+    ids, attention, mask = pair_batch([pair], policy.tokenizer.pad_token_id)
     with torch.inference_mode():
-        expected = sequence_rewards(policy.model, ids, attention)[0]
+        expected = sequence_rewards(policy.model, ids, attention, mask)[0]
     assert score.breakdown["rm_raw"] == pytest.approx(float(expected), abs=1e-5)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from kedro.io import AbstractDataset
 
-from rlvr_factory.models.policy import Policy, load_policy, save_policy
+from rlvr_factory.models.policy import Policy, freeze, load_policy, save_policy
 
 
 class PolicyDataset(AbstractDataset[Policy, Policy]):
@@ -32,7 +32,7 @@ class PolicyDataset(AbstractDataset[Policy, Policy]):
     def load(self) -> Policy:
         policy = load_policy(self._path, self._device, self._dtype, self._with_optimizer)
         if self._frozen:
-            policy.model.requires_grad_(False)
+            freeze(policy.model)
         return policy
 
     def save(self, data: Policy) -> None:

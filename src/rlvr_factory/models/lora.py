@@ -59,6 +59,11 @@ def merged_copy(model: PeftModel) -> torch.nn.Module:
     return copy.deepcopy(model).merge_and_unload()
 
 
+def served_model(model: torch.nn.Module) -> torch.nn.Module:
+    """What an engine serves: the model itself, or a copy with its LoRA adapters merged into the weights."""
+    return merged_copy(model) if is_lora(model) else model
+
+
 def save_unmerged(model: PeftModel, path: Path) -> None:
     """The frozen base weights as an HF model directory at `path`, the adapter in `path/lora_adapter`."""
     copy.deepcopy(model).unload().save_pretrained(path)

@@ -37,6 +37,14 @@ class Policy:
         return next(self.model.parameters()).device
 
 
+def freeze(model: torch.nn.Module) -> torch.nn.Module:
+    """`model` in eval mode with every weight out of autograd (a reference, or a copy that no update changes)."""
+    model.eval()
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    return model
+
+
 def resolve_device(device: str) -> str:
     """`auto` means the first GPU when there is one, else the CPU."""
     if device == "auto":

@@ -28,8 +28,8 @@ from typing import Any, Sequence
 import torch
 import torch.multiprocessing as mp
 
-from rlvr_factory.models.lora import is_lora, merged_copy
-from rlvr_factory.models.policy import Policy
+from rlvr_factory.models.lora import is_lora, merged_copy, served_model
+from rlvr_factory.models.policy import Policy, freeze
 from rlvr_factory.rollout.engine import EngineStats, Generation, Request, SamplingConfig
 
 log = logging.getLogger(__name__)
@@ -42,8 +42,7 @@ class BackgroundEngineError(RuntimeError):
 
 def _cpu_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The served model's weights as fresh CPU tensors (LoRA merged), safe to share with another process."""
-    served = merged_copy(model) if is_lora(model) else model
-    return {k: v.detach().to("cpu", copy=True) for k, v in served.state_dict().items()}
+    return {k: v.detach().to("cpu", copy=True) for k, v in served_model(model).state_dict().items()}
 
 
 def _serve(conn: Any, threads: int, reuse_kv: bool, device: str) -> None:
@@ -61,9 +60,7 @@ def _serve(conn: Any, threads: int, reuse_kv: bool, device: str) -> None:
         try:
             if kind == "load":
                 _, model, tokenizer, version = message
-                model = model.to(device).eval()
-                for p in model.parameters():
-                    p.requires_grad_(False)
+                model = freeze(model.to(device))
                 engine = TransformersEngine(Policy(model, tokenizer, version), reuse_kv=reuse_kv, desc="background rollout")
                 reply: Any = None
             elif kind == "weights":
@@ -99,6 +96,7 @@ class BackgroundEngine:
         start = time.perf_counter()
         self._process.start()
         child.close()
+        # a copy either way: .to("cpu") must not move the live model
         served = merged_copy(policy.model) if is_lora(policy.model) else copy.deepcopy(policy.model)
         self._call(("load", served.to("cpu"), policy.tokenizer, policy.version), START_TIMEOUT_S)
         self.loaded = (id(policy.model), policy.version)

@@ -31,7 +31,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from safetensors.torch import save_file
 
-from rlvr_factory.models.lora import is_lora, merged_copy
+from rlvr_factory.models.lora import is_lora, served_model
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.rollout.engine import FINISH_REASONS, EngineStats, Generation, Request, SamplingConfig
 
@@ -59,11 +59,6 @@ class EngineStartError(RuntimeError):
 
 class WeightSyncError(RuntimeError):
     """The trainer's weights could not be pushed into the running engine; the run must not go on with stale ones."""
-
-
-def _served_model(policy: Policy) -> torch.nn.Module:
-    """What vLLM serves: the policy's model, with LoRA adapters merged into the base weights."""
-    return merged_copy(policy.model) if is_lora(policy.model) else policy.model
 
 
 def _describe(model: torch.nn.Module) -> str:
@@ -117,7 +112,7 @@ class VllmEngine:
         embeddings (the sampled tokens then come from the old weights), so a tied model is served
         as the same function with `lm_head` stored on its own.
         """
-        model = _served_model(policy)
+        model = served_model(policy.model)
         config = copy.deepcopy(model.config)
         config.tie_word_embeddings = False
         self._weights.mkdir(parents=True, exist_ok=True)
@@ -156,9 +151,9 @@ class VllmEngine:
         except Exception as e:  # vLLM raises many kinds (ValueError, RuntimeError, NotImplementedError, ...)
             raise EngineStartError(
                 f"vLLM cannot serve the model {policy.model.config.name_or_path or self._weights} "
-                f"({_describe(_served_model(policy))}): {type(e).__name__}: {e}. Use rollout.engine=transformers."
+                f"({_describe(served_model(policy.model))}): {type(e).__name__}: {e}. Use rollout.engine=transformers."
             ) from e
-        log.info("vLLM %s started in %.1f s (%s)", vllm.__version__, time.perf_counter() - start, _describe(_served_model(policy)))
+        log.info("vLLM %s started in %.1f s (%s)", vllm.__version__, time.perf_counter() - start, _describe(served_model(policy.model)))
         return llm
 
     def push_weights(self, policy: Policy) -> float:

@@ -31,8 +31,8 @@ class RewardModelConfig:
 
 def pair_rewards(model: torch.nn.Module, batch: Sequence[EncodedPair], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """r(x, y_w) and r(x, y_l) of each pair, from one forward pass over both completions."""
-    ids, attention, _ = pair_batch(batch, pad_id, next(model.parameters()).device)
-    rewards = sequence_rewards(model, ids, attention)
+    ids, attention, mask = pair_batch(batch, pad_id, next(model.parameters()).device)
+    rewards = sequence_rewards(model, ids, attention, mask)
     return rewards[: len(batch)], rewards[len(batch):]
 
 

@@ -1,7 +1,8 @@
 """A learned reward behind the verifier contract, and the reward components it is mixed with.
 
 `RewardModelVerifier` scores completions with a trained reward model (an HF sequence-classification
-directory): r(x, y) is the model's scalar for the chat-formatted prompt and completion. It is a
+directory, or an implicit reward model: `models/reward_model.py`): r(x, y) is the model's scalar for
+the chat-formatted prompt and completion. It is a
 `Verifier` with a batched full check (`score_batch`), so a `VerifierPool` sends it `batch_size`
 completions per job: one padded forward pass per batch, on worker processes that load the model
 before they report ready, under the pool's time limit per batch. Each sample gets its own status:
@@ -126,10 +127,11 @@ class RewardModelVerifier:
                         len(pairs) - len(fits), limit)
         for lo in range(0, len(fits), self.batch_size):
             rows = fits[lo : lo + self.batch_size]
-            ids, attention, _ = join_prompt_completion([encoded[i][0] for i in rows], [encoded[i][1] for i in rows],
+            ids, attention, mask = join_prompt_completion([encoded[i][0] for i in rows], [encoded[i][1] for i in rows],
                                                        policy.tokenizer.pad_token_id)
             with torch.inference_mode():
-                rewards = sequence_rewards(policy.model, ids.to(policy.device), attention.to(policy.device)).cpu()
+                rewards = sequence_rewards(policy.model, ids.to(policy.device), attention.to(policy.device),
+                                           mask.to(policy.device)).cpu()
             for i, reward in zip(rows, rewards.tolist()):
                 if math.isfinite(reward):
                     value = (reward - mean) / std

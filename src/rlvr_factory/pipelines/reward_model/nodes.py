@@ -12,8 +12,10 @@ from matplotlib.figure import Figure
 from transformers import AutoModelForSequenceClassification
 
 from rlvr_factory import mlflow_model
-from rlvr_factory.models.policy import Policy
-from rlvr_factory.models.reward_model import load_reward_model, reward_model_from_policy
+from rlvr_factory.models.policy import Policy, load_policy
+from rlvr_factory.models.reward_model import (
+    ImplicitRewardModel, implicit_reward_model, load_reward_model, reward_model_from_policy,
+)
 from rlvr_factory.overoptimisation import plot_proxy_gold, proxy_gold_curve, tracking_summary
 from rlvr_factory.preferences import pairs_from_frame
 from rlvr_factory.training.lm import seed_everything
@@ -43,24 +45,30 @@ def metric_history(history: list[dict], keys: tuple[str, ...]) -> dict:
 
 def fit_reward_model(sft_policy: Policy, preference_pairs: pd.DataFrame, model: dict, reward_model: dict
                      ) -> tuple[Policy, dict, dict]:
-    """Train a reward model on the train pairs: a fresh scalar head on the SFT policy's backbone
-    (`reward_model.backbone: policy`) or the HF sequence-classification model it names. Returns
-    the model (its config records the held-out reward mean and std), the MLflow curves and the report."""
+    """Train a reward model on the train pairs. `reward_model.head: scalar` puts a fresh scalar head on
+    the SFT policy's backbone (`reward_model.backbone: policy`) or trains the HF sequence-classification
+    model `backbone` names; `head: implicit` trains a copy of the SFT policy (or of the causal LM
+    `backbone` names) as r = beta log(pi / pi_ref) against its frozen self. Returns the model (its
+    config records the held-out reward mean and std), the MLflow curves and the report."""
     config = RewardModelConfig.from_params(reward_model)
     seed_everything(reward_model["seed"])
-    if reward_model["backbone"] == POLICY_BACKBONE:
-        rm = reward_model_from_policy(sft_policy, reward_model["seed"])
+    head, backbone = reward_model["head"], reward_model["backbone"]
+    if backbone == POLICY_BACKBONE:
+        rm = reward_model_from_policy(sft_policy, reward_model["seed"], head, reward_model["beta"])
+    elif head == "implicit":
+        rm = implicit_reward_model(load_policy(backbone, model["device"], model["dtype"]), reward_model["beta"])
     else:
-        rm = load_reward_model(reward_model["backbone"], model["device"], model["dtype"])
+        rm = load_reward_model(backbone, model["device"], model["dtype"])
     train, held_out = split_pairs(preference_pairs, rm.tokenizer)
-    checkpoint = Checkpoint(reward_model["checkpoint_dir"], AutoModelForSequenceClassification)
+    model_class = ImplicitRewardModel if head == "implicit" else AutoModelForSequenceClassification
+    checkpoint = Checkpoint(reward_model["checkpoint_dir"], model_class)
     history = train_reward_model(rm, train, held_out, config, checkpoint)
     with torch.inference_mode():
         rewards = torch.cat([torch.cat(pair_rewards(rm.model, held_out[lo : lo + 64], rm.tokenizer.pad_token_id))
                              for lo in range(0, len(held_out), 64)])
     setattr(rm.model.config, STATS_KEY, {"mean": float(rewards.mean()), "std": float(rewards.std())})
     report = {**pair_accuracy(rm, held_out, config.eval_batch_size), "train_pairs": len(train),
-              "validation_pairs": len(held_out), "steps": config.train.steps,
+              "validation_pairs": len(held_out), "steps": config.train.steps, "head": head,
               "train_accuracy_last_50": sum(r["accuracy"] for r in history[-50:]) / len(history[-50:]),
               "reward_stats": getattr(rm.model.config, STATS_KEY)}
     log.info("reward model: held-out pair accuracy %.3f on %d pairs", report["val_accuracy"], len(held_out))

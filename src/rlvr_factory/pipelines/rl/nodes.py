@@ -5,10 +5,10 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
 import random
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -17,7 +17,7 @@ from rlvr_factory.domain_report import without_domain_curves
 from rlvr_factory.domains import get_domain, tasks_from_frame
 from rlvr_factory.evaluation import greedy_accuracy
 from rlvr_factory.models.lora import LoraSettings, with_lora
-from rlvr_factory.models.policy import Policy
+from rlvr_factory.models.policy import Policy, freeze
 from rlvr_factory.overoptimisation import component_stats
 from rlvr_factory.rl.curriculum import prompt_order, update_pass_rates
 from rlvr_factory.rollout.agent_loop import RolloutConfig, push_weights, sample_episodes
@@ -35,8 +35,8 @@ log = logging.getLogger(__name__)
 # Operational stats (wall-clock timings, the verifier pool's counters, which depend on what the
 # process verified before, the engine's token counts) go to MLflow but not into the round's stats
 # on disk, so a rerun of the same commit and configuration writes the same bytes.
-OPERATIONAL_KEYS = ("rollout_seconds", "rollout_wait_seconds", "rollout_ahead_seconds", "update_seconds", "eval_seconds", "tokens_per_second", "env_seconds",
-                    "env_steps_per_second")
+OPERATIONAL_KEYS = ("rollout_seconds", "rollout_wait_seconds", "rollout_ahead_seconds", "update_seconds",
+                    "eval_seconds", "tokens_per_second", "env_seconds", "env_steps_per_second")
 OPERATIONAL_PREFIX = ("verify_", "engine_")
 
 
@@ -62,7 +62,6 @@ class Prefetched:
     """A round's rollout, started by the previous round before its update (asynchronous rounds)."""
 
     round_index: int
-    behaviour_version: int
     future: Future
     started: float
 
@@ -72,10 +71,7 @@ _AHEAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-rollout-ahea
 
 def frozen_copy(policy: Policy) -> Policy:
     """A copy of the policy that no update changes: what a rollout running beside the update samples from."""
-    model = copy.deepcopy(policy.model).eval()
-    for parameter in model.parameters():
-        parameter.requires_grad_(False)
-    return Policy(model, policy.tokenizer, policy.version)
+    return Policy(freeze(copy.deepcopy(policy.model)), policy.tokenizer, policy.version)
 
 
 def prefetch_rollout(
@@ -92,7 +88,7 @@ def prefetch_rollout(
     behaviour = frozen_copy(policy)
     future = _AHEAD.submit(rollout, behaviour, train_tasks, rl, domain, verify, rollout_params, pass_rates,
                            domain_levels, round_index=round_index)
-    return Prefetched(round_index, behaviour.version, future, time.perf_counter())
+    return Prefetched(round_index, future, time.perf_counter())
 
 
 def collect_rollout(prefetched: Prefetched, *, round_index: int) -> tuple[pd.DataFrame, dict]:
