@@ -1,10 +1,10 @@
 """Rollout engines: vLLM vs transformers' `generate`, in the same run, at three model sizes.
 
-    python benchmarks/engines.py [--sizes 1m 12m 100m] [--prompts 64] [--samples 8] [--rounds 3]
+    python benchmarks/engines.py [--sizes 1m 20m 100m] [--prompts 64] [--samples 8] [--rounds 3]
 
 Run it in the vLLM venv (`bash scripts/install_vllm.sh`, then `.venv-vllm/bin/python benchmarks/engines.py`).
 Each size is a freshly initialised Llama (the embedded ~1M architecture with its byte vocabulary;
-~12M and ~100M with a real-size 32k vocabulary). A round samples `--samples` completions of
+~20M and ~100M with a real-size 32k vocabulary). A round samples `--samples` completions of
 `--max-new-tokens` tokens for each of `--prompts` chat-templated prompts (a group shares its
 prompt); between rounds the weights change (a small random step, as an update would), so the
 vLLM engine gets them pushed (`reload_weights`) and the transformers engine samples from the
@@ -30,7 +30,7 @@ from rlvr_factory.rollout.vllm_engine import VllmEngine, VllmSettings
 from rlvr_factory.training.sft import encode_prompts
 
 # hidden, intermediate, layers, heads, vocabulary (None: the byte tokenizer's)
-SIZES = {"1m": (128, 256, 4, 4, None), "12m": (256, 1024, 4, 4, 32_000), "100m": (768, 2048, 8, 12, 32_000)}
+SIZES = {"1m": (128, 256, 4, 4, None), "20m": (320, 1280, 6, 5, 32_000), "100m": (768, 2048, 10, 12, 32_000)}
 
 
 def policy_of(size: str) -> Policy:

@@ -63,10 +63,11 @@ def test_dropping_the_highest_losses_keeps_flipped_labels_from_pulling_against_t
     assert results[0.34]["val_margin"] > 2 * results[0.0]["val_margin"], results
 
 
-def test_a_reward_model_that_produces_nan_stops_the_run_with_the_step_and_batch():
-    rm = reward_model_from_policy(make_tiny_policy())
+@pytest.mark.parametrize("head", ["scalar", "implicit"])
+def test_a_reward_model_that_produces_nan_stops_the_run_with_the_step_and_batch(head):
+    rm = reward_model_from_policy(make_tiny_policy(), head=head)
     with torch.no_grad():
-        rm.model.score.weight.fill_(float("nan"))
+        (rm.model.score if head == "scalar" else rm.model.policy.lm_head).weight.fill_(float("nan"))
     train = encoded(rm.tokenizer, 16)
     with pytest.raises(FloatingPointError, match=r"chosen_reward is not finite at step 0 on the batch of pairs \['train-"):
         train_reward_model(rm, train, train[:4], CONFIG)
@@ -197,3 +198,13 @@ def test_a_killed_implicit_reward_model_run_resumes_to_the_same_weights(tmp_path
     assert [r["step"] for r in history] == list(range(6))
     for (name, a), b in zip(whole.model.state_dict().items(), fresh.model.state_dict().values()):
         assert torch.equal(a, b), name
+
+
+def test_an_unknown_head_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"reward_model.head must be one of \('scalar', 'implicit'\)"):
+        reward_model_from_policy(make_tiny_policy(), head="value")
+    from rlvr_factory.models.reward_model import ImplicitRewardModel
+
+    policy = make_tiny_policy()
+    with pytest.raises(ValueError, match="beta > 0"):
+        ImplicitRewardModel(policy.model, policy.model, beta=0.0)
