@@ -8,9 +8,10 @@ Each size is a freshly initialised Llama (the embedded ~1M architecture with its
 `--max-new-tokens` tokens for each of `--prompts` chat-templated prompts (a group shares its
 prompt); between rounds the weights change (a small random step, as an update would), so the
 vLLM engine gets them pushed (`reload_weights`) and the transformers engine samples from the
-model itself. The table gives per size and engine the median seconds per round, tokens sampled
-per second, the median weight-sync seconds (vLLM) and the ratio vLLM / transformers in tokens/s.
-Start-up (vLLM's engine, once per run) is reported apart.
+model itself. The table gives per size and engine the median seconds per round, the median of
+tokens sampled per second, the median weight-sync seconds (vLLM) and the ratio vLLM /
+transformers in tokens/s, over `--rounds` timed rounds after `--warmup` untimed ones. Start-up
+(vLLM's engine, once per run) is reported apart.
 """
 
 from __future__ import annotations
@@ -54,16 +55,22 @@ def step(policy: Policy, seed: int) -> None:
 
 
 def measure(policy: Policy, engine, requests: list[Request], args, sync) -> dict[str, float]:
-    seconds, tokens, syncs = [], [], []
-    for r in range(args.rounds):
+    """Median seconds per round, tokens/s and weight-sync seconds over `args.rounds` timed rounds,
+    after `args.warmup` untimed ones (vLLM's first `generate` compiles and allocates: at 1M it
+    takes ten times a later round's time)."""
+    seconds, rates, syncs = [], [], []
+    for r in range(args.warmup + args.rounds):
         step(policy, r)
-        syncs.append(sync(policy))
+        synced = sync(policy)
         start = time.perf_counter()
         generations, _ = engine.generate(requests, SamplingConfig(max_new_tokens=args.max_new_tokens, seed=r,
                                                                   batch_size=len(requests)))
-        seconds.append(time.perf_counter() - start)
-        tokens.append(sum(len(g.token_ids) for g in generations))
-    return {"s_round": statistics.median(seconds), "tok_s": sum(tokens) / sum(seconds), "sync": statistics.median(syncs)}
+        elapsed = time.perf_counter() - start
+        if r >= args.warmup:
+            seconds.append(elapsed)
+            rates.append(sum(len(g.token_ids) for g in generations) / elapsed)
+            syncs.append(synced)
+    return {"s_round": statistics.median(seconds), "tok_s": statistics.median(rates), "sync": statistics.median(syncs)}
 
 
 def main() -> None:
@@ -71,11 +78,12 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--samples", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds per engine and size")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed rounds before them")
     parser.add_argument("--max-new-tokens", type=int, default=40)
     args = parser.parse_args()
     print(f"{args.prompts} prompts x {args.samples} samples x {args.max_new_tokens} new tokens, "
-          f"median of {args.rounds} rounds, threads {torch.get_num_threads()}")
+          f"medians of {args.rounds} rounds after {args.warmup} warm-up, threads {torch.get_num_threads()}")
     rows = []
     for size in args.sizes:
         policy = policy_of(size)

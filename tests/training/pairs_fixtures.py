@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import torch
+
 from rlvr_factory.preferences import PreferencePair
 from rlvr_factory.training.pairs import encode_pairs
 
@@ -21,3 +23,20 @@ def toy_pairs(n: int, seed: int = 0, split: str = "train") -> list[PreferencePai
 
 def encoded(tokenizer, n: int, seed: int = 0, split: str = "train"):
     return encode_pairs(tokenizer, toy_pairs(n, seed, split))
+
+
+def count_optimizer_steps(monkeypatch, die_at: int | None = None) -> dict[str, int]:
+    """Count AdamW steps from now on (`["n"]`); with `die_at`, that step raises KeyboardInterrupt
+    instead (a run killed mid-training). Undo with `monkeypatch.undo()` or call again."""
+    real_step = getattr(torch.optim.AdamW.step, "_real", torch.optim.AdamW.step)
+    calls = {"n": 0}
+
+    def counted(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == die_at:
+            raise KeyboardInterrupt("killed")
+        return real_step(self, *args, **kwargs)
+
+    counted._real = real_step
+    monkeypatch.setattr(torch.optim.AdamW, "step", counted)
+    return calls

@@ -11,7 +11,7 @@ from rlvr_factory.training.pairs import (
     Checkpoint, PairTrainConfig, encode_pairs, pair_batch, ranking_metrics, step_indices, token_budget, train_on_pairs,
 )
 from tests.conftest import make_tiny_policy
-from tests.training.pairs_fixtures import encoded, toy_pairs
+from tests.training.pairs_fixtures import count_optimizer_steps, encoded, toy_pairs
 
 
 def test_each_epoch_of_the_stream_visits_every_pair_once_in_a_seeded_order():
@@ -59,21 +59,13 @@ def test_a_killed_run_resumes_from_its_checkpoint_to_the_same_weights(tmp_path, 
     _dpo(whole)
     resumed_policy = make_tiny_policy()
     checkpoint = Checkpoint(tmp_path / "ckpt", AutoModelForCausalLM)
-    real_step = torch.optim.AdamW.step
-    calls = {"n": 0}
-
-    def dies_at_step_5(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            raise KeyboardInterrupt("killed")
-        return real_step(self, *args, **kwargs)
-
-    monkeypatch.setattr(torch.optim.AdamW, "step", dies_at_step_5)
+    count_optimizer_steps(monkeypatch, die_at=5)
     with pytest.raises(KeyboardInterrupt):
         _dpo(resumed_policy, checkpoint)
-    monkeypatch.setattr(torch.optim.AdamW, "step", real_step)
+    steps = count_optimizer_steps(monkeypatch)
     fresh = make_tiny_policy()  # a new process: the initial model again, then the checkpoint
     history = _dpo(fresh, checkpoint)
+    assert steps["n"] == 2  # steps 4 and 5: the first four came from the checkpoint
     assert [r["step"] for r in history] == list(range(6))
     for (name, a), b in zip(whole.model.state_dict().items(), fresh.model.state_dict().values()):
         assert torch.equal(a, b), name

@@ -11,7 +11,7 @@ from rlvr_factory.models.policy import save_policy
 from rlvr_factory.training.pairs import PairTrainConfig, pair_batch
 from rlvr_factory.training.reward_model import RewardModelConfig, pair_accuracy, train_reward_model
 from tests.conftest import make_tiny_policy
-from tests.training.pairs_fixtures import encoded
+from tests.training.pairs_fixtures import count_optimizer_steps, encoded
 
 CONFIG = RewardModelConfig(PairTrainConfig(steps=40, batch_size=8, lr=3e-3, warmup_steps=2, eval_every=20))
 
@@ -172,26 +172,12 @@ def test_a_killed_implicit_reward_model_run_resumes_to_the_same_weights(tmp_path
     whole = reward_model_from_policy(make_tiny_policy(), head="implicit")
     train_reward_model(whole, train, train[:4], config)
     checkpoint = Checkpoint(tmp_path / "ckpt", ImplicitRewardModel)
-    real_step, calls = torch.optim.AdamW.step, {"n": 0}
-
-    def dies_at_step_5(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            raise KeyboardInterrupt("killed")
-        return real_step(self, *args, **kwargs)
-
-    monkeypatch.setattr(torch.optim.AdamW, "step", dies_at_step_5)
+    count_optimizer_steps(monkeypatch, die_at=5)
     with pytest.raises(KeyboardInterrupt):
         train_reward_model(reward_model_from_policy(make_tiny_policy(), head="implicit"), train, train[:4], config,
                            checkpoint)
     assert (tmp_path / "ckpt" / "reference" / "config.json").exists()
-    steps_after = {"n": 0}
-
-    def counted(self, *args, **kwargs):
-        steps_after["n"] += 1
-        return real_step(self, *args, **kwargs)
-
-    monkeypatch.setattr(torch.optim.AdamW, "step", counted)
+    steps_after = count_optimizer_steps(monkeypatch)
     fresh = reward_model_from_policy(make_tiny_policy(), head="implicit")
     history = train_reward_model(fresh, train, train[:4], config, checkpoint)
     assert steps_after["n"] == 2  # steps 4 and 5: the first four came from the checkpoint
