@@ -28,8 +28,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-from rlvr_factory.models.lora import is_lora, merged_copy
-from rlvr_factory.models.policy import Policy, load_policy
+from rlvr_factory.models.lora import is_lora, merged_copy, served_model
+from rlvr_factory.models.policy import Policy, freeze, load_policy
 
 
 def _with_pad(policy: Policy) -> Policy:
@@ -58,7 +58,7 @@ class ImplicitRewardModel(torch.nn.Module):
         if not beta > 0:
             raise ValueError(f"an implicit reward needs beta > 0, got {beta}")
         self.policy = policy
-        self.reference = reference.requires_grad_(False).eval()
+        self.reference = freeze(reference)
         self.beta = float(beta)
         self.config = policy.config
         setattr(self.config, IMPLICIT_KEY, {"beta": self.beta, "reference": REFERENCE_DIR})
@@ -127,7 +127,7 @@ def reward_model_from_policy(policy: Policy, seed: int = 0, head: str = "scalar"
         raise ValueError(f"reward_model.head must be one of {HEADS}, got {head!r}")
     if head == "implicit":
         return implicit_reward_model(policy, beta)
-    lm = merged_copy(policy.model) if is_lora(policy.model) else policy.model
+    lm = served_model(policy.model)
     config = copy.deepcopy(lm.config)
     config.num_labels = 1
     config.problem_type = "regression"
