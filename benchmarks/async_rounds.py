@@ -5,14 +5,20 @@
 
 Each variant is a fresh process running `kedro run --pipelines=rl` (Kedro's sequential runner) in a
 scratch copy of this project's configuration and its curated tasks and SFT policy, alternating
-`--repeats` times so a busy machine slows all alike. The time of a run is from the start of
+`--repeats` times so a busy machine slows all alike. The time of a run is from the end of
 `round_000`'s rollout to the end of the last round's update (node timings from a Kedro hook), so
-start-up and the background worker's start are left out. Variants:
+start-up, the background worker's start and its first rollout (no round runs ahead of round 0) are
+left out of every variant alike. Variants:
 
 * `sync`: today's rounds, the transformers engine in the trainer's process (both cores);
 * `sync, background`: the same rounds with the engine in its worker process (one core each);
 * `async`: `rl.max_staleness: 1` with the engine in its worker process: round k+1's rollout samples
-  from a frozen copy of round k's starting policy while round k's update trains.
+  from a frozen copy of round k's starting policy while round k's update trains; the rollout ahead
+  samples on one core and the update beside it trains on the other (`rollout/background.py`).
+
+With `--ceiling`, a `sync, one thread` variant runs the synchronous rounds on one torch thread, and
+the table adds what perfect overlap would give on these two cores: per round, the longer of that
+variant's rollout and the rest of its round (each on one core, side by side, nothing waiting).
 
 The table gives seconds per round, rounds per hour, the ratio to `sync`, and the last round's
 validation greedy accuracy (learning must stay comparable: the full-run comparison is in docs/rl.md).
@@ -36,6 +42,8 @@ VARIANTS = {
     "sync, background": {"rollout.background": "true"},
     "async (max_staleness 1)": {"rl.max_staleness": "1", "rollout.background": "true"},
 }
+ONE_THREAD = "sync, one thread"
+ENV = {ONE_THREAD: {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}}
 CHILD = r'''
 import json, sys, time
 from pathlib import Path
@@ -58,7 +66,7 @@ def main():
         session._hook_manager.register(timer)
         session.run(pipeline_names=["rl"])
     rounds = int(params["rl"]["rounds"])
-    first, last = timer.start["round_000.rollout"], timer.end[f"round_{rounds - 1:03d}.update"]
+    first, last = timer.end["round_000.rollout"], timer.end[f"round_{rounds - 1:03d}.update"]
     history = json.loads((project / "data/08_reporting/round_history.json").read_text())
     phases = {}
     for name, end in timer.end.items():
@@ -109,21 +117,24 @@ def main() -> None:
     parser.add_argument("--variants", default=";".join(VARIANTS), help="which, separated by ';': " + "; ".join(VARIANTS))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--ceiling", action="store_true", help="also run the synchronous rounds on one torch thread "
+                        "and print the perfect-overlap ceiling from its phases")
     parser.add_argument("--params", default="", help="extra a.b=v,... for every variant (e.g. rl.prompts_per_round=32)")
     args = parser.parse_args()
     extra = dict(item.split("=", 1) for item in args.params.split(",") if item)
     env = {**os.environ, "DO_NOT_TRACK": "true", "KEDRO_DISABLE_TELEMETRY": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
     chosen = [v.strip() for v in args.variants.split(";")]
-    results: dict[str, list[dict]] = {name: [] for name in VARIANTS if name in chosen}
+    variants = {**VARIANTS, **({ONE_THREAD: {}} if args.ceiling else {})}
+    results: dict[str, list[dict]] = {name: [] for name in variants if name in chosen or name == ONE_THREAD}
     with tempfile.TemporaryDirectory(prefix="async_rounds_") as tmp:
         for repeat in range(args.repeats):
             for name in results:
-                overrides = VARIANTS[name]
+                overrides = variants[name]
                 project = scratch_project(args.project, Path(tmp) / f"{repeat}_{len(results[name])}_{name[:5]}")
                 params = nested({"rl.rounds": str(args.rounds), "rl.checkpoint_every": "0", **extra, **overrides})
                 env["MLFLOW_TRACKING_URI"] = f"sqlite:///{project}/mlruns/mlflow.db"
                 done = subprocess.run([sys.executable, "-c", CHILD, str(project), json.dumps(params)], cwd=project,
-                                      env=env, capture_output=True, text=True)
+                                      env={**env, **ENV.get(name, {})}, capture_output=True, text=True)
                 line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
                 if done.returncode or line is None:
                     sys.exit(f"{name} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
@@ -142,6 +153,12 @@ def main() -> None:
         seconds = statistics.median(r["seconds"] for r in runs)
         print(f"| {name} | {seconds / args.rounds:.1f} | {3600 * args.rounds / seconds:.0f} | {base / seconds:.2f}x | "
               f"{statistics.median(r['val'] for r in runs):.3f} | {runs[0]['staleness']} |")
+    if ONE_THREAD in results:
+        rollout = statistics.median(r["phases"].get("rollout", 0.0) for r in results[ONE_THREAD])
+        rest = statistics.median(sum(v for k, v in r["phases"].items() if k != "rollout") for r in results[ONE_THREAD])
+        ceiling = max(rollout, rest)
+        print(f"| perfect overlap (ceiling: max of one thread's rollout {rollout:.1f} s and the rest {rest:.1f} s) | "
+              f"{ceiling:.1f} | {3600 / ceiling:.0f} | {base / args.rounds / ceiling:.2f}x | | |")
 
 
 if __name__ == "__main__":

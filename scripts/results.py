@@ -12,7 +12,13 @@ Both reproductions run `dvc repro report` (the default run's stages) on the defa
 not compared: `check` names those a reproduction did not write byte for byte, as information.
 `refresh` shares this repository's DVC cache and MLflow store with the clone, checks its outputs
 out here afterwards (replacing what `data/` held, so `dvc status` is clean) and prints the
-`git add` that commits the new results. Exit status: 0 when everything matches, 1 when something drifted (each drift is
+`git add` that commits the new results, with `data/08_reporting/results_cpu.json`: the CPU that
+computed them. Floating-point results are reproducible byte for byte on one kind of CPU (its vendor and
+the instruction set torch's kernels use: AVX2, AVX-512, ...), not across kinds: a different kind sums in
+another order, and the last bits differ (measured: the base model pre-trained on an AVX2 AMD EPYC differs
+from the one an earlier machine wrote for the same commit, and every stage after it with it). So `check`
+on another kind of CPU than the committed one names the results that differ as information, not
+drift; code, parameters and commands must still match everywhere. Exit status: 0 when everything matches, 1 when something drifted (each drift is
 named), 2 on a usage error.
 """
 
@@ -36,6 +42,38 @@ DATA = "data/"
 # The default run (`kedro run --pipeline=rlvr`): the report stage and every stage upstream of it. The
 # preference stages (reward model, DPO: their own pipelines) are reproduced on demand, `dvc repro preference`.
 TARGET = "report"
+CPU = "data/08_reporting/results_cpu.json"  # the kind of CPU that computed the committed results
+CPU_KIND = ("machine", "vendor", "torch_cpu_capability")  # what decides the bytes; the model name is information
+
+
+def cpu_fingerprint() -> dict[str, str]:
+    """This machine's kind of CPU: architecture, vendor, the instruction set torch dispatches to, model name."""
+    import platform
+
+    import torch
+
+    info = {"machine": platform.machine(), "vendor": "", "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "model": ""}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "vendor_id" and not info["vendor"]:
+                info["vendor"] = value.strip()
+            elif key.strip() == "model name" and not info["model"]:
+                info["model"] = value.strip()
+    except OSError:  # not Linux: the architecture and torch's instruction set still tell kinds apart
+        pass
+    return info
+
+
+def same_kind(a: dict | None, b: dict) -> bool:
+    """Whether two fingerprints are the same kind of CPU (a missing one is taken to be: compare strictly)."""
+    return a is None or all(a.get(k) == b.get(k) for k in CPU_KIND)
+
+
+def _kind(fingerprint: dict) -> str:
+    return f"{fingerprint.get('vendor') or '?'} {fingerprint.get('model') or ''} ({fingerprint.get('machine')}, " \
+           f"torch kernels {fingerprint.get('torch_cpu_capability')})".replace("  ", " ")
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
@@ -127,6 +165,12 @@ def _lock_entries(lock: bytes) -> tuple[dict[str, Any], set[str]]:
     return entries, data
 
 
+def is_result_drift(line: str, kept: list[str]) -> bool:
+    """Whether a drift line is about a result's value (a kept file, or its hash in the lock), not code or parameters."""
+    return any(line.startswith(f"{path}:") for path in kept) or (
+        line.startswith(f"{LOCK}: ") and any(f" outs {path}:" in line for path in kept))
+
+
 def compare(clone: Path) -> tuple[list[str], list[str]]:
     """How the lock and results a reproduction wrote in `clone` differ from those its HEAD
     commits: (drift, outputs not reproduced byte for byte).
@@ -206,6 +250,15 @@ def check(repo: Path, fast: bool) -> int:
         if unstable:
             print("results: not reproduced byte for byte (kept in the DVC cache, not in git; not drift):",
                   ", ".join(unstable), file=sys.stderr)
+        committed_cpu, here = _committed(repo, CPU), cpu_fingerprint()
+        committed_cpu = json.loads(committed_cpu) if committed_cpu else None
+        other_kind = [d for d in drift if is_result_drift(d, git_kept(repo))] if not same_kind(committed_cpu, here) else []
+        if other_kind:
+            print(f"results: the committed results were computed on {_kind(committed_cpu)}; this is {_kind(here)}, "
+                  "another kind of CPU, whose floating-point sums differ in the last bits. Not drift (code, parameters "
+                  "and commands match); what this CPU writes instead:", *(f"  {d}" for d in other_kind), sep="\n",
+                  file=sys.stderr)
+            drift = [d for d in drift if d not in other_kind]
     if drift:
         print("results: the committed results are not what HEAD writes:", *(f"  {d}" for d in drift),
               "Refresh them: python scripts/results.py refresh (then commit what it prints)", sep="\n", file=sys.stderr)
@@ -225,6 +278,8 @@ def refresh(repo: Path) -> int:
         for path in files:
             (repo / path).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(clone / path, repo / path)
+    (repo / CPU).write_text(json.dumps(cpu_fingerprint(), indent=2) + "\n")
+    files.append(CPU)
     _run(["dvc", "checkout", "--force", "--with-deps", TARGET], repo, _dvc_env())
     print(f"results: refreshed for {_head(repo)[:12]}; commit them with\n"
           f"  git add {' '.join(files)} && git commit -m 'Results of {_head(repo)[:12]}'")

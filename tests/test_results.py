@@ -50,6 +50,8 @@ def test_refresh_writes_the_lock_and_results_and_checks_the_outputs_out(refreshe
     assert "Data and pipelines are up to date" in dvc(repo, "status", "--with-deps", "report")  # the workspace holds what the lock says
     summary = json.loads((repo / "data/08_reporting/summary.json").read_text())
     assert set(summary) == {"greedy", "pass@2", "val"}  # one domain: no per-domain block
+    assert results_py.CPU in refreshed_project.refresh.stdout and results_py.CPU in tracked
+    assert json.loads((repo / results_py.CPU).read_text()) == results_py.cpu_fingerprint()
 
 
 @pytest.mark.slow
@@ -155,3 +157,23 @@ def test_a_formatting_only_difference_says_so():
     assert results_py.describe_difference("m.json", b'{"a": 1}', b'{\n "a": 1\n}') == (
         "m.json: same values, different bytes (formatting)")
     assert results_py.describe_difference("t.csv", b"a\n1\n", b"a\n2\n") == "t.csv: HEAD writes different bytes"
+
+
+def test_the_cpu_kind_is_the_architecture_vendor_and_torchs_instruction_set():
+    here = results_py.cpu_fingerprint()
+    assert set(results_py.CPU_KIND) <= set(here) and here["torch_cpu_capability"]
+    assert results_py.same_kind(dict(here), here) and results_py.same_kind(None, here)  # none committed: strict
+    assert results_py.same_kind({**here, "model": "another model name"}, here)
+    for key in results_py.CPU_KIND:
+        assert not results_py.same_kind({**here, key: "other"}, here)
+
+
+def test_on_another_kind_of_cpu_only_the_results_values_are_excused_never_code_or_parameters():
+    kept = ["data/metrics.json"]
+    assert results_py.is_result_drift("data/metrics.json: rl.greedy: committed 0.3, HEAD writes 0.338", kept)
+    assert results_py.is_result_drift("dvc.lock: evaluate outs data/metrics.json: committed m1, HEAD writes m2", kept)
+    for line in ("dvc.lock: rl deps src/rl: committed c0de, HEAD writes other",
+                 "dvc.lock: evaluate params conf/p.yml: committed {'evaluate.k': 8}, HEAD writes {'evaluate.k': 9}",
+                 "dvc.lock: rl cmd: committed run rl, HEAD writes run rl2",
+                 "dvc.lock: evaluate deps data/metrics.json: committed m1, HEAD writes m2"):
+        assert not results_py.is_result_drift(line, kept)

@@ -19,7 +19,7 @@ from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 from rlvr_factory import pipeline_registry, summary, tracking
 from rlvr_factory.models.policy import MODEL_DIR_CONTENTS, has_chat_template, looks_local, model_dir_problem
 from rlvr_factory.pipeline_registry import RLShape
-from rlvr_factory.rollout.background import close_background_engines
+from rlvr_factory.rollout.background import close_background_engines, forget_rollouts_ahead
 
 log = logging.getLogger(__name__)
 ROUND_NODE = re.compile(r"round_(\d+)\.(\w+)")
@@ -157,11 +157,13 @@ class RunConsoleHook:
         if paths:
             log.info("artefacts\n%s", summary.artefact_lines(paths))
         log.info("done in %s", summary.duration(time.perf_counter() - self._pipeline_start))
-        close_background_engines()  # the engine's worker process ends with the run; the trainer gets its cores back
+        close_background_engines()  # the engine's worker process ends with the run
+        forget_rollouts_ahead()
 
     @hook_impl(tryfirst=True)  # before kedro-mlflow ends the run as FAILED
     def on_pipeline_error(self, error: Exception, run_params, pipeline, catalog) -> None:
         close_background_engines()
+        forget_rollouts_ahead()
         if self._run is not None:
             run_id, uri = self._run
             log.error("the run failed (%s: %s); MLflow run %s in %s is marked FAILED",

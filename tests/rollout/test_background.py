@@ -8,7 +8,10 @@ import threading
 import pytest
 import torch
 
-from rlvr_factory.rollout.background import BackgroundEngine, BackgroundEngineError
+from rlvr_factory.rollout.background import (
+    BackgroundEngine, BackgroundEngineError, available_cores, forget_rollouts_ahead, is_running_ahead, rollout_collected,
+    rollout_started_ahead, running_ahead, sharing_cores,
+)
 from rlvr_factory.rollout.engine import Request, SamplingConfig
 from rlvr_factory.rollout.hf import TransformersEngine
 from tests.conftest import make_tiny_policy
@@ -84,3 +87,38 @@ def test_a_dead_worker_is_an_error_naming_it_not_a_hang(engine_and_policy):
     engine._process.join(5)
     with pytest.raises(BackgroundEngineError, match="not running"):
         engine.generate(REQUESTS, GREEDY)
+
+
+def test_cores_follow_the_work_by_the_dags_rule_not_by_timing(engine_and_policy):
+    engine, policy = engine_and_policy
+    cores = available_cores()
+    plain, _ = engine.generate(REQUESTS, SAMPLED)
+    assert engine.worker_threads() == max(1, cores)  # nothing trains meanwhile: every core samples
+    with running_ahead():
+        ahead, _ = engine.generate(REQUESTS, SAMPLED)
+        assert engine.worker_threads() == 1  # beside an update: rollout.background_threads
+    assert _tokens(ahead) == _tokens(plain)  # the same samples on either thread count
+    for a, b in zip(ahead, plain):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+    seen = []
+    with running_ahead():
+        worker = threading.Thread(target=lambda: seen.append(is_running_ahead()))
+        worker.start()
+        worker.join()
+    assert seen == [False] and not is_running_ahead()  # the mark is the sampling thread's own
+
+    forget_rollouts_ahead()
+    before = torch.get_num_threads()
+    with sharing_cores(1) as threads:  # no rollout ahead pending: the update keeps every thread
+        assert threads == before == torch.get_num_threads()
+    rollout_started_ahead()
+    try:
+        # pending from its start until its round collects it, however far it got: a rule, not a timing
+        with sharing_cores(1) as threads:
+            assert threads == torch.get_num_threads() == max(1, min(before, cores - 1))
+        assert torch.get_num_threads() == before
+    finally:
+        rollout_collected()
+    with sharing_cores(1) as threads:
+        assert threads == before

@@ -54,7 +54,7 @@ class RolloutConfig:
     reuse_kv: bool = True  # continue each episode from its KV cache instead of recomputing its history
     engine: str = "transformers"  # transformers (`generate`) | vllm (one engine per run, weights pushed every round)
     background: bool = False  # engine transformers: sample in a worker process of its own, so asynchronous rounds (rl.max_staleness) overlap sampling with the update
-    background_threads: int = 1  # torch threads of that worker; the trainer's process keeps the other cores
+    background_threads: int = 1  # torch threads of that worker for a rollout running ahead of its round (the update beside it trains on the other cores); any other sampling on it uses every core
     vllm: VllmSettings = field(default_factory=VllmSettings)  # engine: vllm only (docs/engines.md)
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)  # how observations enter the chat
     environment: ExecutorConfig = field(default_factory=ExecutorConfig)  # where environment calls run

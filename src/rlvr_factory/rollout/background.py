@@ -4,9 +4,17 @@ Asynchronous rounds (`rl.max_staleness`) overlap round k+1's rollout with round 
 Python process the two contend for the interpreter lock and for the same torch threads, and on a
 small model they do not overlap at all (measured: 0.99x on the embedded model, 0.74x at hidden 512,
 two threads against one after the other). `rollout.background: true` moves the engine's forward passes into a
-spawned worker process with `rollout.background_threads` torch threads of its own; the trainer's
-process keeps the remaining cores (`torch.set_num_threads`), and waiting on the worker releases
-the lock, so the agent loop, the environments and the update go on meanwhile.
+spawned worker process, and waiting on the worker releases the lock, so the agent loop, the
+environments and the update go on meanwhile.
+
+How many torch threads each side gets follows the DAG, never timing (so the same commit and
+configuration sample the same log-probs and train the same weights, whatever the machine's load):
+
+* a rollout running ahead (`running_ahead()`, the thread `prefetch_rollout` starts) samples in the
+  worker on `rollout.background_threads` threads, and an update that runs while such a rollout is
+  pending, started and not yet collected by its round (`sharing_cores()`), trains on the other cores;
+* everything else, the synchronous rounds' rollouts on the worker and the updates between them, uses
+  every core: the other side is waiting meanwhile, so splitting the cores would only idle half of them.
 
 The worker runs the same `TransformersEngine` (same sampling, same log-probs, same KV reuse
 across turns) on its own copy of the weights. `sync(policy)` sends the policy's weights when the
@@ -23,7 +31,8 @@ import os
 import threading
 import time
 import traceback
-from typing import Any, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 import torch
 import torch.multiprocessing as mp
@@ -34,6 +43,79 @@ from rlvr_factory.rollout.engine import EngineStats, Generation, Request, Sampli
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 300.0  # the worker imports torch and transformers, then receives the model
+
+
+def available_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+_AHEAD_MARK = threading.local()
+_PENDING_LOCK = threading.Lock()
+_PENDING_AHEAD = 0  # rollouts started ahead (prefetch_rollout) and not yet collected by their round
+
+
+@contextmanager
+def running_ahead() -> Iterator[None]:
+    """Mark this thread's sampling as a rollout running ahead of its round (it samples on `background_threads`)."""
+    before = getattr(_AHEAD_MARK, "on", False)
+    _AHEAD_MARK.on = True
+    try:
+        yield
+    finally:
+        _AHEAD_MARK.on = before
+
+
+def is_running_ahead() -> bool:
+    """Whether this thread samples a rollout ahead of its round."""
+    return getattr(_AHEAD_MARK, "on", False)
+
+
+def rollout_started_ahead() -> None:
+    """A round started the next round's rollout before its own update (the DAG's `prefetch_next_rollout`)."""
+    global _PENDING_AHEAD
+    with _PENDING_LOCK:
+        _PENDING_AHEAD += 1
+
+
+def rollout_collected() -> None:
+    """The round that rollout belongs to took it (the DAG's `rollout` node of an asynchronous round)."""
+    global _PENDING_AHEAD
+    with _PENDING_LOCK:
+        _PENDING_AHEAD = max(0, _PENDING_AHEAD - 1)
+
+
+def forget_rollouts_ahead() -> None:
+    """A run ended (or failed): no rollout of it is pending any more."""
+    global _PENDING_AHEAD
+    with _PENDING_LOCK:
+        _PENDING_AHEAD = 0
+
+
+def rollouts_pending_ahead() -> int:
+    """How many rollouts were started ahead and not yet collected."""
+    with _PENDING_LOCK:
+        return _PENDING_AHEAD
+
+
+def trainer_threads(background_threads: int) -> int:
+    """The torch threads an update gets now: the cores the worker's rollout ahead leaves while one is pending
+    (a DAG rule: started and not yet collected, however far it got), otherwise this process's setting."""
+    if rollouts_pending_ahead():
+        return max(1, min(torch.get_num_threads(), available_cores() - background_threads))
+    return torch.get_num_threads()
+
+
+@contextmanager
+def sharing_cores(background_threads: int) -> Iterator[int]:
+    """Train with `trainer_threads(background_threads)` torch threads; this process's setting back afterwards."""
+    before = torch.get_num_threads()
+    threads = trainer_threads(background_threads)
+    torch.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        torch.set_num_threads(before)
 
 
 class BackgroundEngineError(RuntimeError):
@@ -70,7 +152,12 @@ def _serve(conn: Any, threads: int, reuse_kv: bool, device: str) -> None:
                 engine._caches = []  # KV computed by other weights is never continued
                 reply = None
             elif kind == "generate":
-                reply = engine.generate(message[1], message[2])
+                _, requests, config, wanted = message
+                if torch.get_num_threads() != wanted:
+                    torch.set_num_threads(wanted)
+                reply = engine.generate(requests, config)
+            elif kind == "threads":
+                reply = torch.get_num_threads()
             elif kind == "close":
                 conn.send(("ok", None))
                 return
@@ -100,12 +187,10 @@ class BackgroundEngine:
         served = merged_copy(policy.model) if is_lora(policy.model) else copy.deepcopy(policy.model)
         self._call(("load", served.to("cpu"), policy.tokenizer, policy.version), START_TIMEOUT_S)
         self.loaded = (id(policy.model), policy.version)
-        self._threads_before = torch.get_num_threads()
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        self.trainer_threads = max(1, cores - threads)
-        torch.set_num_threads(self.trainer_threads)
-        log.info("background engine: worker pid %d started in %.1f s on %d torch thread(s); the trainer keeps %d",
-                 self._process.pid, time.perf_counter() - start, threads, self.trainer_threads)
+        self.cores = available_cores()
+        log.info("background engine: worker pid %d started in %.1f s; a rollout running ahead samples on %d torch "
+                 "thread(s) beside the update, any other on all %d cores", self._process.pid,
+                 time.perf_counter() - start, threads, self.cores)
 
     def _call(self, message: tuple, timeout: float | None = None) -> Any:
         with self.lock:
@@ -147,13 +232,23 @@ class BackgroundEngine:
         """An `Engine` that always samples from `policy`'s weights, whoever else uses the worker meanwhile."""
         return BoundEngine(self, policy)
 
+    def sampling_threads(self) -> int:
+        """The worker's torch threads for a `generate` from this thread: `threads` for a rollout running ahead
+        of its round (the update trains on the other cores meanwhile), all cores otherwise."""
+        return self.threads if is_running_ahead() else max(self.threads, self.cores)
+
     def generate(self, requests: Sequence[Request], config: SamplingConfig) -> tuple[list[Generation], EngineStats]:
-        """One turn for every request, sampled in the worker exactly as `TransformersEngine.generate` does."""
-        return self._call(("generate", [Request(list(r.context), r.key) for r in requests], config))
+        """One turn for every request, sampled in the worker exactly as `TransformersEngine.generate` does,
+        on `sampling_threads()` torch threads."""
+        return self._call(("generate", [Request(list(r.context), r.key) for r in requests], config,
+                           self.sampling_threads()))
+
+    def worker_threads(self) -> int:
+        """The worker's torch threads now (those of its last `generate`)."""
+        return self._call(("threads",))
 
     def close(self) -> None:
-        """Stop the worker and give the trainer's process its torch threads back."""
-        torch.set_num_threads(self._threads_before)
+        """Stop the worker."""
         if self._process.is_alive():
             try:
                 self._call(("close",), 10.0)

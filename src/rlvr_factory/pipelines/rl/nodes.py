@@ -21,6 +21,7 @@ from rlvr_factory.models.policy import Policy, freeze
 from rlvr_factory.overoptimisation import component_stats
 from rlvr_factory.rl.curriculum import prompt_order, update_pass_rates
 from rlvr_factory.rollout.agent_loop import RolloutConfig, push_weights, sample_episodes
+from rlvr_factory.rollout.background import rollout_collected, rollout_started_ahead, running_ahead, sharing_cores
 from rlvr_factory.rollout.dynamic import DynamicSampling, draw_groups
 from rlvr_factory.rollout.engine import SamplingConfig
 from rlvr_factory.training.grpo import UpdateConfig, rl_update
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 # process verified before, the engine's token counts) go to MLflow but not into the round's stats
 # on disk, so a rerun of the same commit and configuration writes the same bytes.
 OPERATIONAL_KEYS = ("rollout_seconds", "rollout_wait_seconds", "rollout_ahead_seconds", "update_seconds",
+                    "update_threads",
                     "eval_seconds", "tokens_per_second", "env_seconds", "env_steps_per_second")
 OPERATIONAL_PREFIX = ("verify_", "engine_")
 
@@ -86,9 +88,16 @@ def prefetch_rollout(
     after the update on that copy: nothing in it depends on timing.
     """
     behaviour = frozen_copy(policy)
-    future = _AHEAD.submit(rollout, behaviour, train_tasks, rl, domain, verify, rollout_params, pass_rates,
+    rollout_started_ahead()  # the update that follows trains on the cores this rollout leaves (sharing_cores)
+    future = _AHEAD.submit(_ahead, behaviour, train_tasks, rl, domain, verify, rollout_params, pass_rates,
                            domain_levels, round_index=round_index)
     return Prefetched(round_index, future, time.perf_counter())
+
+
+def _ahead(*args, **kwargs) -> tuple[pd.DataFrame, dict]:
+    """`rollout`, marked as running ahead of its round: the worker samples it on `rollout.background_threads`."""
+    with running_ahead():
+        return rollout(*args, **kwargs)
 
 
 def collect_rollout(prefetched: Prefetched, *, round_index: int) -> tuple[pd.DataFrame, dict]:
@@ -97,7 +106,10 @@ def collect_rollout(prefetched: Prefetched, *, round_index: int) -> tuple[pd.Dat
     if prefetched.round_index != round_index:
         raise ValueError(f"round {round_index} was handed the rollout of round {prefetched.round_index}")
     start = time.perf_counter()
-    frame, stats = prefetched.future.result()
+    try:
+        frame, stats = prefetched.future.result()
+    finally:
+        rollout_collected()
     return frame, {**stats, "rollout_wait_seconds": time.perf_counter() - start,
                    "rollout_ahead_seconds": time.perf_counter() - prefetched.started}
 
@@ -227,9 +239,11 @@ def update(
     if rl["max_staleness"] > 0:  # the behaviour policy is older than the trained one: correct for it (TIS)
         update["engine_is_correction"] = True
     config = UpdateConfig(**update, seed=seed)
-    stats = rl_update(policy, samples, config, reference.model if reference else None)
-    update_seconds = time.perf_counter() - start
     episodes = RolloutConfig.from_params(rollout)
+    # beside a rollout running ahead, on the cores it leaves; else on all (a rule of the DAG, not of timing)
+    with sharing_cores(episodes.background_threads) as trainer_threads:
+        stats = rl_update(policy, samples, config, reference.model if reference else None)
+    update_seconds = time.perf_counter() - start
     if rl["max_staleness"] > 0:
         # the next round's rollout may be sampling right now, on the engine: it syncs the weights it samples
         # from itself, and this round's validation runs on the trained policy in this process
@@ -239,8 +253,9 @@ def update(
         stats["engine_weight_sync_seconds"] = push_weights(policy, episodes)
     start = time.perf_counter()
     val_tasks = tasks_from_frame(validation_tasks)[: evaluate["validation_size"]]
-    val_accuracy = greedy_accuracy(policy, val_tasks, get_domain(domain), verify, SamplingConfig(**evaluate["sampling"]),
-                                   episodes)
+    with sharing_cores(episodes.background_threads):
+        val_accuracy = greedy_accuracy(policy, val_tasks, get_domain(domain), verify,
+                                       SamplingConfig(**evaluate["sampling"]), episodes)
     band = rl["curriculum"]["band"]
     stats.update(
         round=round_index,
@@ -253,6 +268,7 @@ def update(
         tracked_in_band_fraction=float(pass_rates["pass_rate"].between(*band).mean()) if len(pass_rates) else 0.0,
         val_greedy_accuracy=val_accuracy,
         update_seconds=update_seconds,
+        update_threads=trainer_threads,
         eval_seconds=time.perf_counter() - start,
         **rollout_stats,
         **verify_stats,
