@@ -6,6 +6,7 @@ Every case is (completion, gold, whether a careful grader marks it right), group
 
 from __future__ import annotations
 
+import gc
 import time
 
 import pytest
@@ -164,7 +165,16 @@ def test_the_quick_path_is_bounded_on_any_input(verifier, name):
     completion = PATHOLOGICAL[name]
     assert len(completion) <= verifier.max_completion_chars
     for gold in ("5", r"\frac{1}{3}", "A", "1, 2"):
-        started = time.perf_counter()
-        verifier.quick_score(completion, gold)
-        verifier.quick_score(gold, completion[:1000])  # the gold can be anything too
-        assert time.perf_counter() - started < 0.25, (name, gold)
+        # The best of three, with the garbage collector off: a bound on the algorithm, not on a
+        # full collection of a long suite's heap or a moment the machine was busy elsewhere.
+        took = []
+        for _ in range(3):
+            gc.disable()
+            try:
+                started = time.perf_counter()
+                verifier.quick_score(completion, gold)
+                verifier.quick_score(gold, completion[:1000])  # the gold can be anything too
+                took.append(time.perf_counter() - started)
+            finally:
+                gc.enable()
+        assert min(took) < 0.25, (name, gold, took)

@@ -393,6 +393,12 @@ def test_the_adversarial_suite_has_at_least_thirty_inputs():
 def test_every_adversarial_input_is_judged_or_stopped_within_its_limit_and_leaves_no_process():
     shared_helpers_running()
     before = children()
+    # What one fresh worker costs here (spawn, import Math-Verify, a first check): each timeout
+    # replaces its worker, and on a slow or loaded machine that restart is part of the slot's time.
+    start = time.monotonic()
+    with VerifierPool(MathVerifyScorer(), workers=1, timeout=TIMEOUT) as pool:
+        assert pool.score_many([(r"\boxed{42}", "42")])[0].correct
+    cold_start = time.monotonic() - start
     workers = 4  # more workers than cores is fine: the limit is wall-clock time
     pairs = [(rf"The answer is \boxed{{{text}}}", "42") for text in ADVERSARIAL.values()]
     pairs.append((r"\boxed{42}", "42"))
@@ -402,12 +408,13 @@ def test_every_adversarial_input_is_judged_or_stopped_within_its_limit_and_leave
         elapsed = time.monotonic() - start
         stats = pool.stats
     statuses = dict(zip(list(ADVERSARIAL) + ["plain 42"], [s.status for s in scores]))
-    print(f"\nadversarial batch: {elapsed:.1f} s, {stats}\n{statuses}")
+    print(f"\nadversarial batch: {elapsed:.1f} s, cold start {cold_start:.1f} s, {stats}\n{statuses}")
     assert set(statuses.values()) <= {"ok", "timeout", "error"}
     assert scores[-1].correct
     assert not any(s.correct for s in scores[:-1])
-    assert elapsed <= math.ceil(len(pairs) / workers) * (TIMEOUT + SLACK)
-    assert elapsed <= (stats["timeouts"] / workers + 3) * (TIMEOUT + SLACK)  # + the quick ones, on 2 loaded cores
+    restarts = math.ceil(stats["restarts"] / workers) * cold_start  # per slot, measured above
+    assert elapsed <= math.ceil(len(pairs) / workers) * (TIMEOUT + SLACK) + restarts
+    assert elapsed <= (stats["timeouts"] / workers + 3) * (TIMEOUT + SLACK) + restarts  # + the quick ones
     assert children() == before
 
 
