@@ -125,8 +125,6 @@ def session(tmp_path_factory) -> Session:
     s.commits["clone"] = git(s.repo, "rev-parse", "HEAD")
     s.step("repro", "repro")
     s.step("again", "repro")
-    # A second whole reproduction of the same commit (the byte-identical check) is
-    # tests/test_results.py's full check, in a fresh clone, which also names any drift.
     s.commit("reproduced")
     for key, value in (("k", 3), ("validation_size", 12)):  # which stages each key makes stale
         write_params(s.repo, {"evaluate": {key: value}})
