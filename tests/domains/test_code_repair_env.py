@@ -145,6 +145,14 @@ def test_an_infinite_loop_is_a_timeout_observation_and_the_next_episode_is_unhar
     assert episode(domain, [FIX])[-1].score.correct
 
 
+def test_a_loop_stopped_by_the_cpu_limit_is_the_same_timeout_observation_as_the_wall_clock_deadline():
+    # cpu_s well under the deadline, so SIGXCPU always comes first (a CI machine hit this race at 2 s / 2 s)
+    cpu_bound = CodeRepairDomain(max_turns=3, verifier={"limits": {"timeout_s": 10.0, "cpu_s": 1}})
+    step = episode(cpu_bound, [rewrite('def add(a, b):\n    while True:\n        pass\n')])[0]
+    assert "ran past the 10 s limit" in step.observation and "exit code" not in step.observation
+    assert step.info["test_timeouts"] == 1.0 and not step.done
+
+
 def test_a_test_run_that_fills_the_disk_is_an_error_observation_and_the_next_episode_is_unharmed(domain):
     fill = rewrite('with open("big", "wb") as f:\n    while True:\n        f.write(b"x" * (1 << 20))\n' + BUGGY)
     step = episode(domain, [fill])[0]

@@ -208,15 +208,16 @@ class WorkspaceRunner:
                 if not ok and not verdict.load_error and verdict.ended is None:
                     failures.append(f"{line}: {_what_happened(program, line, task) if self.diagnose else 'failed'}")
         ended = program.ended
+        signs = sorted(set(_signs(files, workspace.editable)) - set(_signs(workspace.files, workspace.editable)))
+        score = self.verifier.verdict_score(verdict, signs)
         error = ""
         if program.load_error is not None:
             error = f"the workspace did not import: {program.load_error[0]}: {program.load_error[1]}"
         elif verdict.ended is not None:
-            result = verdict.ended.result
-            error = (f"the tests ran past the {self.verifier.limits.timeout_s:g} s limit" if result.timed_out
-                     else f"the program ended during the tests (exit code {result.exit_code})")
-        signs = sorted(set(_signs(files, workspace.editable)) - set(_signs(workspace.files, workspace.editable)))
-        score = self.verifier.verdict_score(verdict, signs)
+            # the verifier's own judgement of a timeout (the wall-clock deadline or the CPU-time limit's
+            # SIGXCPU, whichever a busy loop hits first), so the observation and the reward never disagree
+            error = (f"the tests ran past the {self.verifier.limits.timeout_s:g} s limit" if score.status == "timeout"
+                     else f"the program ended during the tests (exit code {verdict.ended.result.exit_code})")
         stderr = ended.stderr.decode("utf-8", "replace") if ended is not None else ""
         return TestRun(passed, failures, error, score.status == "timeout", stderr, score=score)
 
