@@ -136,8 +136,10 @@ class RunConsoleHook:
         stats = outputs.get(f"round_{match.group(1)}.stats")
         if stats is None or self._clock is None:
             return  # one of the round's nodes before its update
+        # since the previous round's stats (or this run's first round node): with validation ahead a round's
+        # stats come one update late, and the pace between them is the rounds' throughput
         round_seconds = now - (self._round_start or now)
-        self._round_start = None
+        self._round_start = now
         self._clock.finish(round_seconds)
         # The RL policy's evaluation costs what the SFT policy's did, when that one already ran.
         pending = self._evaluation.get("evaluate_sft", 0.0) if "evaluate_rl" not in self._evaluation else 0.0

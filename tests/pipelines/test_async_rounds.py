@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from rlvr_factory.pipeline_registry import RLShape
-from rlvr_factory.pipelines.rl.pipeline import behaviour_rounds, create_pipeline
+from rlvr_factory.pipelines.rl.pipeline import behaviour_rounds, create_pipeline, deferred_validations
 from rlvr_factory.schema import ConfigError
 from tests.pipelines.conftest import TINY_PARAMS, run_pipeline
 from tests.pipelines.test_resume import before_rl  # noqa: F401  (the fixture: curate, base model and SFT run once)
@@ -42,6 +42,39 @@ def test_the_next_rollout_depends_on_no_update_after_the_policy_it_samples_from(
         assert f"round_{k - 1:03d}.prefetch_next_rollout" in {n.name for n in rounds.to_nodes(f"round_{k - 1:03d}.update").nodes}
     synchronous = create_pipeline(4, 0, False, 0)
     assert f"round_000.update" in {n.name for n in synchronous.to_nodes("round_001.rollout").nodes}
+
+
+def test_a_rounds_validation_runs_ahead_but_never_across_a_checkpoint_nor_in_the_last_round():
+    assert deferred_validations(3, 0, 0) == [False] * 3  # synchronous rounds validate in their update
+    assert deferred_validations(3, 0, 1) == [True, True, False]
+    # round 2 writes a checkpoint, so rounds 1 and 2 have their stats on disk before it
+    assert deferred_validations(5, 3, 1) == [True, False, False, True, False]
+    assert deferred_validations(4, 2, 1) == [False] * 4
+
+
+def _upstream(rounds, node):
+    return {n.name for n in rounds.to_nodes(node).nodes}
+
+
+def test_a_validation_ahead_reads_the_policy_its_round_wrote_before_the_next_update_trains_it():
+    rounds = create_pipeline(5, 3, False, 1)
+    names = [n.name for n in rounds.nodes]
+    validation = rounds.only_nodes("round_001.prefetch_next_rollout")  # round 0's, behind round 2's rollout
+    assert set(validation.all_outputs()) == {"round_002.prefetched", "round_000.validation"}
+    assert validation.nodes[0].inputs[0] == "round_000.next_policy"  # the weights round 0's update wrote
+    assert "round_001.prefetch_next_rollout" in _upstream(rounds, "round_001.update")  # copied before it trains
+    # round 0's stats come after round 1's update and round 2's verification, and before round 2's checkpoint
+    assert {"round_001.update", "round_002.verify"} <= _upstream(rounds, "round_000.finish_round")
+    assert "round_000.finish_round" in _upstream(rounds, "round_002.update")
+    # the last round validates the one before it in a node of its own, before its own update
+    assert "round_004.validate_previous_ahead" in _upstream(rounds, "round_004.update")
+    assert set(rounds.only_nodes("round_003.finish_round").all_outputs()) == {"round_003.stats", "round_003.mlflow_metrics"}
+    # the sequential runner reaches each update before the rollout it overlaps is collected
+    for k in (1, 3):
+        assert names.index(f"round_{k:03d}.update") < names.index(f"round_{k + 1:03d}.rollout")
+    # and every round's stats reach the summary
+    summary = rounds.only_nodes("summarize_rounds").nodes[0].inputs
+    assert summary == [f"round_{k:03d}.stats" for k in range(5)]
 
 
 def test_asynchronous_rounds_need_an_engine_in_a_process_of_its_own_and_a_staleness_of_one():
@@ -79,13 +112,17 @@ def test_an_asynchronous_run_trains_on_rollouts_one_version_behind_and_reruns_to
 
 @pytest.mark.slow
 def test_a_killed_asynchronous_run_resumes_with_the_staleness_of_a_whole_one(before_rl, tmp_path):
-    params = _params(4, 2)
+    # 5 rounds, a checkpoint after round 2: rounds 0 and 3 validate ahead, on either side of the checkpoint
+    params = _params(5, 3)
     reference, project = (shutil.copytree(before_rl, tmp_path / name) for name in ("uninterrupted", "killed"))
     run_pipeline(reference, params, pipeline="rl")
-    assert [h["staleness"] for h in json.loads((reference / HISTORY).read_text())] == [0, 1, 0, 1]
+    history = json.loads((reference / HISTORY).read_text())
+    assert [h["staleness"] for h in history] == [0, 1, 1, 0, 1]
+    assert all(0.0 <= h["val_greedy_accuracy"] <= 1.0 for h in history)
 
-    _kill_once_written(project, params, project / "data/06_models/checkpoints/round_001/optimizer.pt", "--pipeline=rl")
+    _kill_once_written(project, params, project / "data/06_models/checkpoints/round_002/optimizer.pt", "--pipeline=rl")
     assert not (project / HISTORY).exists(), "the run finished before it was killed"
-    resumed = _kedro_cli(project, params, "--pipeline=rl", "--from-nodes=round_002.rollout")
+    assert all((project / f"data/08_reporting/rounds/round_{k:03d}.json").exists() for k in range(2))  # before round 2 trains
+    resumed = _kedro_cli(project, params, "--pipeline=rl", "--from-nodes=round_003.rollout")
     assert resumed.wait(timeout=600) == 0, _log_tail(project)
     assert (project / HISTORY).read_bytes() == (reference / HISTORY).read_bytes()

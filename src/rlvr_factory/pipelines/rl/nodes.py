@@ -66,6 +66,7 @@ class Prefetched:
     round_index: int
     future: Future
     started: float
+    behaviour: Policy | None = None  # the frozen copy it samples from (the next round's validation reads it too)
 
 
 _AHEAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-rollout-ahead")
@@ -91,7 +92,7 @@ def prefetch_rollout(
     rollout_started_ahead()  # the update that follows trains on the cores this rollout leaves (sharing_cores)
     future = _AHEAD.submit(_ahead, behaviour, train_tasks, rl, domain, verify, rollout_params, pass_rates,
                            domain_levels, round_index=round_index)
-    return Prefetched(round_index, future, time.perf_counter())
+    return Prefetched(round_index, future, time.perf_counter(), behaviour)
 
 
 def _ahead(*args, **kwargs) -> tuple[pd.DataFrame, dict]:
@@ -208,14 +209,18 @@ def verify(rollouts: pd.DataFrame, train_tasks: pd.DataFrame, domain: dict, veri
 def update(
     policy: Policy, scored: pd.DataFrame, validation_tasks: pd.DataFrame, rollout_stats: dict,
     verify_stats: dict, pass_rates: pd.DataFrame, domain_levels: pd.DataFrame, domain: dict, verify: dict, rl: dict,
-    evaluate: dict, rollout: dict, reference: Policy | None = None, *, round_index: int,
-) -> tuple[Policy, dict, dict]:
+    evaluate: dict, rollout: dict, reference: Policy | None = None, *, round_index: int, validate: bool = True,
+) -> tuple[Policy, dict, dict] | tuple[Policy, dict]:
     """One policy-gradient update on the round's scored rollouts, then the round's held-out accuracy.
 
     Samples whose verification hit an infrastructure failure are left out of the loss
     and counted. `pass_rates` (the curriculum's state after this round) is summarised in the
     stats. Returns the updated policy, the round's stats (without operational ones: timings and
     pool counters), and all of them as an MLflow metric history entry (step = round).
+
+    With `validate=False` (asynchronous rounds whose validation runs ahead, in the background worker:
+    `validate_ahead`), it returns the policy and all the round's stats but the validation's, which
+    `finish_round` adds.
     """
     seed = round_seed(rl, round_index)
     seed_everything(seed)
@@ -251,11 +256,6 @@ def update(
         stats["engine_weight_sync_seconds"] = 0.0
     else:
         stats["engine_weight_sync_seconds"] = push_weights(policy, episodes)
-    start = time.perf_counter()
-    val_tasks = tasks_from_frame(validation_tasks)[: evaluate["validation_size"]]
-    with sharing_cores(episodes.background_threads):
-        val_accuracy = greedy_accuracy(policy, val_tasks, get_domain(domain), verify,
-                                       SamplingConfig(**evaluate["sampling"]), episodes)
     band = rl["curriculum"]["band"]
     stats.update(
         round=round_index,
@@ -266,16 +266,111 @@ def update(
         **level_stats(domain_levels),
         tracked_tasks=len(pass_rates),
         tracked_in_band_fraction=float(pass_rates["pass_rate"].between(*band).mean()) if len(pass_rates) else 0.0,
-        val_greedy_accuracy=val_accuracy,
         update_seconds=update_seconds,
         update_threads=trainer_threads,
-        eval_seconds=time.perf_counter() - start,
         **rollout_stats,
         **verify_stats,
     )
+    if not validate:
+        return policy, stats
+    start = time.perf_counter()
+    with sharing_cores(episodes.background_threads):
+        val_accuracy = _validate(policy, validation_tasks, domain, verify, evaluate, episodes)
+    return policy, *finish_round(
+        stats, {"val_greedy_accuracy": val_accuracy, "eval_seconds": time.perf_counter() - start}, domain_levels, rl)
+
+
+def _validate(policy: Policy, validation_tasks: pd.DataFrame, domain: dict, verify: dict, evaluate: dict,
+              episodes: RolloutConfig) -> float:
+    """The policy's greedy accuracy on the first `evaluate.validation_size` validation tasks."""
+    val_tasks = tasks_from_frame(validation_tasks)[: evaluate["validation_size"]]
+    return greedy_accuracy(policy, val_tasks, get_domain(domain), verify, SamplingConfig(**evaluate["sampling"]),
+                           episodes)
+
+
+@dataclass
+class ValidationAhead:
+    """A round's validation, running in the background thread after the next rollout ahead (asynchronous rounds)."""
+
+    round_index: int
+    future: Future
+
+
+def validate_ahead(
+    policy: Policy, validation_tasks: pd.DataFrame, domain: dict, verify: dict, evaluate: dict, rollout: dict,
+    prefetched: Prefetched | None = None, *, round_index: int,
+) -> ValidationAhead:
+    """Start round `round_index`'s validation, of `policy` (the policy that round's update wrote, which the
+    round after it starts from), in the background thread, behind the rollout running ahead.
+
+    Asynchronous rounds: with staleness 1 the next rollout ahead samples from these very weights, so the
+    worker validates them right after it samples, from the same frozen copy (`prefetched.behaviour`, else a
+    copy of its own), while the round after trains in this process. The result is the one `update` would
+    have computed on that policy: greedy decoding of the same weights on the same tasks and threads.
+    """
+    episodes = RolloutConfig.from_params(rollout)
+    frozen = prefetched.behaviour if prefetched is not None and prefetched.behaviour is not None else frozen_copy(policy)
+    if frozen.version != policy.version:
+        raise ValueError(f"round {round_index}'s validation was handed policy version {frozen.version}, "
+                         f"not the version {policy.version} its update wrote")
+    rollout_started_ahead()  # pending like a rollout ahead: the update beside it trains on the cores it leaves
+    future = _AHEAD.submit(_validate_in_background, frozen, validation_tasks, domain, verify, evaluate, episodes)
+    return ValidationAhead(round_index, future)
+
+
+def prefetch_and_validate_ahead(
+    policy: Policy, train_tasks: pd.DataFrame, rl: dict, domain: dict, verify: dict, rollout_params: dict,
+    pass_rates: pd.DataFrame, domain_levels: pd.DataFrame, validation_tasks: pd.DataFrame, evaluate: dict, *,
+    round_index: int,
+) -> tuple[Prefetched, ValidationAhead]:
+    """`prefetch_rollout` for round `round_index`, then `validate_ahead` for round `round_index - 2` behind it,
+    from the same frozen copy, in one node (so the update that follows is the next node to run)."""
+    prefetched = prefetch_rollout(policy, train_tasks, rl, domain, verify, rollout_params, pass_rates, domain_levels,
+                                  round_index=round_index)
+    return prefetched, validate_ahead(policy, validation_tasks, domain, verify, evaluate, rollout_params, prefetched,
+                                      round_index=round_index - 2)
+
+
+def _validate_in_background(*args) -> tuple[float, float]:
+    """`_validate`, marked as running ahead (on `rollout.background_threads`); its accuracy and seconds."""
+    start = time.perf_counter()
+    with running_ahead():
+        return _validate(*args), time.perf_counter() - start
+
+
+def finish_round(
+    stats: dict, validation: dict | ValidationAhead, domain_levels: pd.DataFrame, rl: dict, *_after: object,
+) -> tuple[dict, dict]:
+    """The round's stats with its validation (`val_greedy_accuracy`, `eval_seconds`), as `update` returns them:
+    without operational ones, and all of them as an MLflow metric history entry (step = round).
+
+    `validation` is the computed one, or a `ValidationAhead` waited for here (`_after`: ordering inputs, so
+    the round after this one has trained before this node waits)."""
+    if isinstance(validation, ValidationAhead):
+        if validation.round_index != stats["round"]:
+            raise ValueError(f"round {stats['round']} was handed the validation of round {validation.round_index}")
+        try:
+            accuracy, seconds = validation.future.result()
+        finally:
+            rollout_collected()
+        validation = {"val_greedy_accuracy": accuracy, "eval_seconds": seconds}
+    stats = _with_validation(stats, validation)
     curves = without_domain_curves(stats, set(domain_levels["domain"]), rl["domain_curves_max"])
-    history = {k: {"value": float(v), "step": round_index} for k, v in curves.items() if k != "round"}
-    return policy, _reproducible(stats), history
+    history = {k: {"value": float(v), "step": stats["round"]} for k, v in curves.items() if k != "round"}
+    return _reproducible(stats), history
+
+
+def _with_validation(stats: dict, validation: dict) -> dict:
+    """`stats` with the validation's keys where a validating `update` puts them (the accuracy before
+    `update_seconds`, its seconds after `update_threads`), so round stats keep their bytes either way."""
+    out: dict = {}
+    for key, value in stats.items():
+        if key == "update_seconds":
+            out["val_greedy_accuracy"] = validation["val_greedy_accuracy"]
+        out[key] = value
+        if key == "update_threads":
+            out["eval_seconds"] = validation["eval_seconds"]
+    return {**out, **validation}
 
 
 def _reproducible(stats: dict) -> dict:

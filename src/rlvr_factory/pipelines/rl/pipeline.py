@@ -7,13 +7,16 @@ from kedro.pipeline import Node, Pipeline, pipeline
 
 from rlvr_factory.pipelines.rl.nodes import (
     collect_rollout,
+    finish_round,
     initial_policy,
+    prefetch_and_validate_ahead,
     prefetch_rollout,
     rollout,
     summarize_rounds,
     track_levels,
     track_pass_rates,
     update,
+    validate_ahead,
     verify,
 )
 
@@ -22,27 +25,44 @@ PARAMETERS = {"params:domain", "params:verify", "params:rl", "params:evaluate", 
 # Rounds hand their policy and stats to the next block by namespaced names (`round_000.stats`);
 # Kedro warns about any dotted name outside a namespace, which here is the point.
 warnings.filterwarnings("ignore", message="One or more dataset names contain '.'")
+# Asynchronous rounds interleave them on purpose (a round's stats are finished in the next round, its
+# rollout collected in the previous one's); a namespace here names a round's nodes, never a unit to deploy.
+warnings.filterwarnings("ignore", message=r"Namespace '.*' is interrupted by nodes")
 
 
 def _for_round(func, round_index: int):
     return update_wrapper(partial(func, round_index=round_index), func)
 
 
-def _after(func):
-    """`func`, taking one more input, last, that it ignores: the node waits for it (an ordering edge)."""
+def _after(func, count: int = 1):
+    """`func`, taking `count` more inputs, last, that it ignores: the node waits for them (ordering edges)."""
     def run(*args, **kwargs):
-        return func(*args[:-1], **kwargs)
+        return func(*args[:-count], **kwargs) if count else func(*args, **kwargs)
     return update_wrapper(run, func)
 
 
-def round_pipeline(round_index: int, with_reference: bool, stale: bool = False, prefetch: bool = False) -> Pipeline:
+def round_pipeline(
+    round_index: int, with_reference: bool, stale: bool = False, prefetch: bool = False,
+    deferred: bool = False, validates_previous: bool = False, later_verified: bool = False,
+    finishes_earlier: bool = False,
+) -> Pipeline:
     """The nodes of one round, reading `policy` (and, after round 0, `previous_pass_rates` and
-    `previous_domain_levels`) and writing `next_policy`, `pass_rates` and `domain_levels`.
+    `previous_domain_levels`) and writing `next_policy`, `pass_rates`, `domain_levels`, `stats` and
+    `mlflow_metrics`.
 
     Asynchronous rounds: with `prefetch`, the round starts the next round's rollout (`prefetched_out`)
     from a frozen copy of its `policy`, after its own verification and before its update, which then
     trains while the next rollout samples; with `stale`, the round's rollout collects what the
     previous round started (`prefetched`) instead of sampling from `policy`.
+
+    Validation ahead: with `validates_previous`, the round starts the previous round's validation
+    (`validation_out`) on its `policy`, the one the previous update wrote, in the background worker
+    behind its rollout ahead, before its own update trains that policy in place; with `deferred`, the
+    round's update leaves its validation to the next round, and `finish_round` waits for it
+    (`validation`) and writes the round's stats after the next round's update (`next_trained`) and, with
+    `later_verified`, the verification of the round after that (`later_verify_stats`), which runs while the
+    worker validates; with `finishes_earlier`, the round's update waits for the stats of the round two
+    back (`earlier_stats`), so every earlier round's stats are on disk before this round's checkpoint.
     """
     reference = ["reference_policy"] if with_reference else []
     previous = ["previous_pass_rates"] if round_index > 0 else []
@@ -53,8 +73,26 @@ def round_pipeline(round_index: int, with_reference: bool, stale: bool = False, 
     else:
         first = Node(_for_round(rollout, round_index), ["policy", *sampling, *previous, *previous_levels],
                      ["rollouts", "rollout_stats"], name="rollout")
-    ahead = [Node(_for_round(prefetch_rollout, round_index + 1), ["policy", *sampling, "pass_rates", "domain_levels"],
-                  "prefetched_out", name="prefetch_next_rollout")] if prefetch else []
+    ahead_inputs = ["policy", *sampling, "pass_rates", "domain_levels"]
+    if prefetch and validates_previous:  # one node, the validation behind the rollout ahead on the worker's one thread
+        ahead = [Node(_for_round(prefetch_and_validate_ahead, round_index + 1),
+                      [*ahead_inputs, "validation_tasks", "params:evaluate"], ["prefetched_out", "validation_out"],
+                      name="prefetch_next_rollout")]
+    elif prefetch:
+        ahead = [Node(_for_round(prefetch_rollout, round_index + 1), ahead_inputs, "prefetched_out",
+                      name="prefetch_next_rollout")]
+    elif validates_previous:
+        ahead = [Node(_for_round(validate_ahead, round_index - 1),
+                      ["policy", "validation_tasks", "params:domain", "params:verify", "params:evaluate", "params:rollout"],
+                      "validation_out", name="validate_previous_ahead")]
+    else:
+        ahead = []
+    # the frozen copies are taken before this update trains the policy in place
+    waits = ((["prefetched_out"] if prefetch else []) + (["validation_out"] if validates_previous else [])
+             + (["earlier_stats"] if finishes_earlier else []))
+    finish = [Node(finish_round, ["unvalidated", "validation", "domain_levels", "params:rl", "next_trained",
+                                  *(["later_verify_stats"] if later_verified else [])],
+                   ["stats", "mlflow_metrics"], name="finish_round")] if deferred else []
     return Pipeline(
         [
             first,
@@ -65,13 +103,14 @@ def round_pipeline(round_index: int, with_reference: bool, stale: bool = False, 
                  "domain_levels", name="track_levels"),
             *ahead,
             Node(
-                _after(_for_round(update, round_index)) if prefetch else _for_round(update, round_index),
+                _after(update_wrapper(partial(update, round_index=round_index, validate=not deferred), update),
+                       len(waits)),
                 ["policy", "scored", "validation_tasks", "rollout_stats", "verify_stats", "pass_rates", "domain_levels",
-                 "params:domain", "params:verify", "params:rl", "params:evaluate", "params:rollout", *reference,
-                 *(["prefetched_out"] if prefetch else [])],  # the next rollout's frozen copy is taken before this update trains in place
-                ["next_policy", "stats", "mlflow_metrics"],
+                 "params:domain", "params:verify", "params:rl", "params:evaluate", "params:rollout", *reference, *waits],
+                ["next_policy", "unvalidated"] if deferred else ["next_policy", "stats", "mlflow_metrics"],
                 name="update",
             ),
+            *finish,
         ]
     )
 
@@ -80,7 +119,7 @@ def _output_name(k: int, rounds: int, checkpoint_every: int) -> str:
     """Where round k's policy goes: the final policy, a checkpoint on disk, or memory."""
     if k == rounds - 1:
         return "rl_policy"
-    if checkpoint_every and (k + 1) % checkpoint_every == 0:
+    if _checkpointed(k, checkpoint_every):
         return f"round_{k:03d}.checkpoint"
     return f"round_{k:03d}.next_policy"
 
@@ -96,6 +135,20 @@ def behaviour_rounds(rounds: int, checkpoint_every: int, max_staleness: int) -> 
             barrier = k  # round k starts from the checkpoint written after round k - 1
         behaviour.append(max(k - max_staleness, barrier))
     return behaviour
+
+
+def _checkpointed(k: int, checkpoint_every: int) -> bool:
+    """Whether round k's policy goes to disk (a resumed run starts after it)."""
+    return bool(checkpoint_every) and (k + 1) % checkpoint_every == 0
+
+
+def deferred_validations(rounds: int, checkpoint_every: int, max_staleness: int) -> list[bool]:
+    """For each round k, whether its validation runs ahead, in the background worker during round k+1's
+    update (asynchronous rounds): every round but the last, and but those whose stats a resumed run
+    needs whole: a round that writes a checkpoint, or the one before it (its stats would be written
+    after the checkpoint, so a run killed in between would resume without them)."""
+    return [max_staleness > 0 and k + 1 < rounds and not _checkpointed(k, checkpoint_every)
+            and not _checkpointed(k + 1, checkpoint_every) for k in range(rounds)]
 
 
 def create_pipeline(rounds: int, checkpoint_every: int = 0, with_reference: bool = False, max_staleness: int = 0) -> Pipeline:
@@ -114,11 +167,14 @@ def create_pipeline(rounds: int, checkpoint_every: int = 0, with_reference: bool
     policy round k - 1 started from (`behaviour_rounds`) and depends on no update after it: round k - 1
     starts it (`prefetch_next_rollout`, in a background thread driving the engine's worker process) before
     its own update, so the two overlap under Kedro's sequential runner. The round after a checkpoint
-    samples from the checkpoint itself, so a resumed run is the same as a whole one.
+    samples from the checkpoint itself, so a resumed run is the same as a whole one. Round k's validation
+    reads the weights round k+2's rollout samples from, so the worker runs it right after that rollout,
+    beside round k+1's update, and round k's stats are written after that update (`deferred_validations`).
     """
     names = [f"round_{k:03d}" for k in range(rounds)]
     behaviour = behaviour_rounds(rounds, checkpoint_every, max_staleness)
     stale = [b < k for k, b in enumerate(behaviour)]
+    deferred = deferred_validations(rounds, checkpoint_every, max_staleness)
     if any(b < k - 1 for k, b in enumerate(behaviour)):
         raise ValueError(f"rl.max_staleness={max_staleness}: asynchronous rounds run one rollout ahead (1 at most)")
     shared = {"train_tasks", "validation_tasks"} | ({"reference_policy"} if with_reference else set())
@@ -128,12 +184,23 @@ def create_pipeline(rounds: int, checkpoint_every: int = 0, with_reference: bool
         previous = {"previous_pass_rates": f"{names[k - 1]}.pass_rates",
                     "previous_domain_levels": f"{names[k - 1]}.domain_levels"} if k > 0 else {}
         prefetch = k + 1 < rounds and stale[k + 1]
+        validates_previous = k > 0 and deferred[k - 1]
+        # the next round's update: its policy out if that stays in memory, else its stats (no policy reload from disk)
+        next_trained = (f"{names[k + 1]}.unvalidated" if k + 1 < rounds and deferred[k + 1] else f"{names[k + 1]}.stats"
+                        ) if deferred[k] else None
+        later_verified = deferred[k] and k + 2 < rounds
+        finishes_earlier = k >= 2 and deferred[k - 2]
         blocks += pipeline(
-            round_pipeline(k, with_reference, stale[k], prefetch), namespace=name,
+            round_pipeline(k, with_reference, stale[k], prefetch, deferred[k], validates_previous, later_verified,
+                           finishes_earlier), namespace=name,
             inputs={"policy": source, **previous, **{i: i for i in shared},
-                    **({"prefetched": f"{name}.prefetched"} if stale[k] else {})},
+                    **({"prefetched": f"{name}.prefetched"} if stale[k] else {}),
+                    **({"validation": f"{name}.validation", "next_trained": next_trained} if deferred[k] else {}),
+                    **({"later_verify_stats": f"{names[k + 2]}.verify_stats"} if later_verified else {}),
+                    **({"earlier_stats": f"{names[k - 2]}.stats"} if finishes_earlier else {})},
             outputs={"next_policy": _output_name(k, rounds, checkpoint_every),
-                     **({"prefetched_out": f"{names[k + 1]}.prefetched"} if prefetch else {})},
+                     **({"prefetched_out": f"{names[k + 1]}.prefetched"} if prefetch else {}),
+                     **({"validation_out": f"{names[k - 1]}.validation"} if validates_previous else {})},
             parameters=PARAMETERS,
         )
     return blocks + Pipeline([Node(summarize_rounds, [f"{n}.stats" for n in names], "round_history", name="summarize_rounds")])
