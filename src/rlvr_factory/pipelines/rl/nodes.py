@@ -8,6 +8,7 @@ import logging
 import random
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import wraps
 from dataclasses import dataclass, replace
 
 import pandas as pd
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 # process verified before, the engine's token counts) go to MLflow but not into the round's stats
 # on disk, so a rerun of the same commit and configuration writes the same bytes.
 OPERATIONAL_KEYS = ("rollout_seconds", "rollout_wait_seconds", "rollout_ahead_seconds", "update_seconds",
-                    "update_threads",
+                    "update_threads", "policy_version",
                     "eval_seconds", "tokens_per_second", "env_seconds", "env_steps_per_second")
 OPERATIONAL_PREFIX = ("verify_", "engine_")
 
@@ -90,15 +91,19 @@ def prefetch_rollout(
     """
     behaviour = frozen_copy(policy)
     rollout_started_ahead()  # the update that follows trains on the cores this rollout leaves (sharing_cores)
-    future = _AHEAD.submit(_ahead, behaviour, train_tasks, rl, domain, verify, rollout_params, pass_rates,
+    future = _AHEAD.submit(_ahead(rollout), behaviour, train_tasks, rl, domain, verify, rollout_params, pass_rates,
                            domain_levels, round_index=round_index)
     return Prefetched(round_index, future, time.perf_counter(), behaviour)
 
 
-def _ahead(*args, **kwargs) -> tuple[pd.DataFrame, dict]:
-    """`rollout`, marked as running ahead of its round: the worker samples it on `rollout.background_threads`."""
-    with running_ahead():
-        return rollout(*args, **kwargs)
+def _ahead(func):
+    """`func` (a rollout or a validation the background thread runs), marked as running ahead of its round:
+    the worker samples it on `rollout.background_threads`."""
+    @wraps(func)
+    def run(*args, **kwargs):
+        with running_ahead():
+            return func(*args, **kwargs)
+    return run
 
 
 def collect_rollout(prefetched: Prefetched, *, round_index: int) -> tuple[pd.DataFrame, dict]:
@@ -268,6 +273,7 @@ def update(
         tracked_in_band_fraction=float(pass_rates["pass_rate"].between(*band).mean()) if len(pass_rates) else 0.0,
         update_seconds=update_seconds,
         update_threads=trainer_threads,
+        policy_version=policy.version,
         **rollout_stats,
         **verify_stats,
     )
@@ -294,6 +300,7 @@ class ValidationAhead:
 
     round_index: int
     future: Future
+    policy_version: int  # of the weights it validates: finish_round checks they are the ones the round's update wrote
 
 
 def validate_ahead(
@@ -310,12 +317,9 @@ def validate_ahead(
     """
     episodes = RolloutConfig.from_params(rollout)
     frozen = prefetched.behaviour if prefetched is not None and prefetched.behaviour is not None else frozen_copy(policy)
-    if frozen.version != policy.version:
-        raise ValueError(f"round {round_index}'s validation was handed policy version {frozen.version}, "
-                         f"not the version {policy.version} its update wrote")
     rollout_started_ahead()  # pending like a rollout ahead: the update beside it trains on the cores it leaves
-    future = _AHEAD.submit(_validate_in_background, frozen, validation_tasks, domain, verify, evaluate, episodes)
-    return ValidationAhead(round_index, future)
+    future = _AHEAD.submit(_timed(_ahead(_validate)), frozen, validation_tasks, domain, verify, evaluate, episodes)
+    return ValidationAhead(round_index, future, frozen.version)
 
 
 def prefetch_and_validate_ahead(
@@ -331,11 +335,13 @@ def prefetch_and_validate_ahead(
                                       round_index=round_index - 2)
 
 
-def _validate_in_background(*args) -> tuple[float, float]:
-    """`_validate`, marked as running ahead (on `rollout.background_threads`); its accuracy and seconds."""
-    start = time.perf_counter()
-    with running_ahead():
-        return _validate(*args), time.perf_counter() - start
+def _timed(func):
+    """`func` returning its result and the seconds it took."""
+    @wraps(func)
+    def run(*args, **kwargs):
+        start = time.perf_counter()
+        return func(*args, **kwargs), time.perf_counter() - start
+    return run
 
 
 def finish_round(
@@ -349,6 +355,9 @@ def finish_round(
     if isinstance(validation, ValidationAhead):
         if validation.round_index != stats["round"]:
             raise ValueError(f"round {stats['round']} was handed the validation of round {validation.round_index}")
+        if validation.policy_version != stats["policy_version"]:
+            raise ValueError(f"round {stats['round']}'s validation ran on policy version {validation.policy_version}, "
+                             f"not the version {stats['policy_version']} its update wrote")
         try:
             accuracy, seconds = validation.future.result()
         finally:

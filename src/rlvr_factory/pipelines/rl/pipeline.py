@@ -1,6 +1,7 @@
 """The RL loop unrolled: one namespaced rollout -> verify -> update block per round."""
 
 import warnings
+from dataclasses import dataclass
 from functools import partial, update_wrapper
 
 from kedro.pipeline import Node, Pipeline, pipeline
@@ -41,29 +42,53 @@ def _after(func, count: int = 1):
     return update_wrapper(run, func)
 
 
-def round_pipeline(
-    round_index: int, with_reference: bool, stale: bool = False, prefetch: bool = False,
-    deferred: bool = False, validates_previous: bool = False, later_verified: bool = False,
-    finishes_earlier: bool = False,
-) -> Pipeline:
+@dataclass(frozen=True)
+class RoundPlan:
+    """How one round runs beside its neighbours (asynchronous rounds; all False: a synchronous round).
+
+    * `stale`: the round's rollout collects what the previous round started (`prefetched`) instead of
+      sampling from `policy`;
+    * `prefetch`: the round starts the next round's rollout (`prefetched_out`) from a frozen copy of its
+      `policy`, after its own verification and before its update, which then trains while it samples;
+    * `validates_previous`: the round starts the previous round's validation (`validation_out`) on its
+      `policy`, the one the previous update wrote, in the background worker behind its rollout ahead,
+      before its own update trains that policy in place;
+    * `deferred`: the round's update leaves its validation to the next round, and `finish_round` waits
+      for it (`validation`) and writes the round's stats after the next round's update (`next_trained`);
+    * `later_verified`: `finish_round` also waits for the verification of the round after next
+      (`later_verify_stats`), which runs while the worker validates;
+    * `finishes_earlier`: the round's update waits for the stats of the round two back (`earlier_stats`),
+      so every earlier round's stats are on disk before this round's checkpoint.
+    """
+
+    stale: bool = False
+    prefetch: bool = False
+    validates_previous: bool = False
+    deferred: bool = False
+    later_verified: bool = False
+    finishes_earlier: bool = False
+
+
+def round_plans(rounds: int, checkpoint_every: int = 0, max_staleness: int = 0) -> list[RoundPlan]:
+    """Every round's `RoundPlan`, from `behaviour_rounds` and `deferred_validations`."""
+    behaviour = behaviour_rounds(rounds, checkpoint_every, max_staleness)
+    if any(b < k - 1 for k, b in enumerate(behaviour)):
+        raise ValueError(f"rl.max_staleness={max_staleness}: asynchronous rounds run one rollout ahead (1 at most)")
+    stale = [b < k for k, b in enumerate(behaviour)]
+    deferred = deferred_validations(rounds, checkpoint_every, max_staleness)
+    return [RoundPlan(stale=stale[k], prefetch=k + 1 < rounds and stale[k + 1],
+                      validates_previous=k > 0 and deferred[k - 1], deferred=deferred[k],
+                      later_verified=deferred[k] and k + 2 < rounds, finishes_earlier=k >= 2 and deferred[k - 2])
+            for k in range(rounds)]
+
+
+def round_pipeline(round_index: int, with_reference: bool, plan: RoundPlan = RoundPlan()) -> Pipeline:
     """The nodes of one round, reading `policy` (and, after round 0, `previous_pass_rates` and
     `previous_domain_levels`) and writing `next_policy`, `pass_rates`, `domain_levels`, `stats` and
-    `mlflow_metrics`.
-
-    Asynchronous rounds: with `prefetch`, the round starts the next round's rollout (`prefetched_out`)
-    from a frozen copy of its `policy`, after its own verification and before its update, which then
-    trains while the next rollout samples; with `stale`, the round's rollout collects what the
-    previous round started (`prefetched`) instead of sampling from `policy`.
-
-    Validation ahead: with `validates_previous`, the round starts the previous round's validation
-    (`validation_out`) on its `policy`, the one the previous update wrote, in the background worker
-    behind its rollout ahead, before its own update trains that policy in place; with `deferred`, the
-    round's update leaves its validation to the next round, and `finish_round` waits for it
-    (`validation`) and writes the round's stats after the next round's update (`next_trained`) and, with
-    `later_verified`, the verification of the round after that (`later_verify_stats`), which runs while the
-    worker validates; with `finishes_earlier`, the round's update waits for the stats of the round two
-    back (`earlier_stats`), so every earlier round's stats are on disk before this round's checkpoint.
+    `mlflow_metrics`; `plan` says what it reads from and leaves to its neighbours (`RoundPlan`).
     """
+    stale, prefetch, deferred = plan.stale, plan.prefetch, plan.deferred
+    validates_previous, later_verified, finishes_earlier = plan.validates_previous, plan.later_verified, plan.finishes_earlier
     reference = ["reference_policy"] if with_reference else []
     previous = ["previous_pass_rates"] if round_index > 0 else []
     previous_levels = ["previous_domain_levels"] if round_index > 0 else []
@@ -172,35 +197,27 @@ def create_pipeline(rounds: int, checkpoint_every: int = 0, with_reference: bool
     beside round k+1's update, and round k's stats are written after that update (`deferred_validations`).
     """
     names = [f"round_{k:03d}" for k in range(rounds)]
-    behaviour = behaviour_rounds(rounds, checkpoint_every, max_staleness)
-    stale = [b < k for k, b in enumerate(behaviour)]
-    deferred = deferred_validations(rounds, checkpoint_every, max_staleness)
-    if any(b < k - 1 for k, b in enumerate(behaviour)):
-        raise ValueError(f"rl.max_staleness={max_staleness}: asynchronous rounds run one rollout ahead (1 at most)")
+    plans = round_plans(rounds, checkpoint_every, max_staleness)
     shared = {"train_tasks", "validation_tasks"} | ({"reference_policy"} if with_reference else set())
     blocks = Pipeline([Node(initial_policy, ["sft_policy", "params:model"], "rl_initial_policy", name="initial_policy")])
     for k, name in enumerate(names):
         source = "rl_initial_policy" if k == 0 else _output_name(k - 1, rounds, checkpoint_every)
         previous = {"previous_pass_rates": f"{names[k - 1]}.pass_rates",
                     "previous_domain_levels": f"{names[k - 1]}.domain_levels"} if k > 0 else {}
-        prefetch = k + 1 < rounds and stale[k + 1]
-        validates_previous = k > 0 and deferred[k - 1]
-        # the next round's update: its policy out if that stays in memory, else its stats (no policy reload from disk)
-        next_trained = (f"{names[k + 1]}.unvalidated" if k + 1 < rounds and deferred[k + 1] else f"{names[k + 1]}.stats"
-                        ) if deferred[k] else None
-        later_verified = deferred[k] and k + 2 < rounds
-        finishes_earlier = k >= 2 and deferred[k - 2]
+        plan = plans[k]
+        # the next round's update: its stats before validation if it defers it too, else its stats
+        next_trained = (f"{names[k + 1]}.unvalidated" if plans[k + 1].deferred else f"{names[k + 1]}.stats"
+                        ) if plan.deferred else None
         blocks += pipeline(
-            round_pipeline(k, with_reference, stale[k], prefetch, deferred[k], validates_previous, later_verified,
-                           finishes_earlier), namespace=name,
+            round_pipeline(k, with_reference, plan), namespace=name,
             inputs={"policy": source, **previous, **{i: i for i in shared},
-                    **({"prefetched": f"{name}.prefetched"} if stale[k] else {}),
-                    **({"validation": f"{name}.validation", "next_trained": next_trained} if deferred[k] else {}),
-                    **({"later_verify_stats": f"{names[k + 2]}.verify_stats"} if later_verified else {}),
-                    **({"earlier_stats": f"{names[k - 2]}.stats"} if finishes_earlier else {})},
+                    **({"prefetched": f"{name}.prefetched"} if plan.stale else {}),
+                    **({"validation": f"{name}.validation", "next_trained": next_trained} if plan.deferred else {}),
+                    **({"later_verify_stats": f"{names[k + 2]}.verify_stats"} if plan.later_verified else {}),
+                    **({"earlier_stats": f"{names[k - 2]}.stats"} if plan.finishes_earlier else {})},
             outputs={"next_policy": _output_name(k, rounds, checkpoint_every),
-                     **({"prefetched_out": f"{names[k + 1]}.prefetched"} if prefetch else {}),
-                     **({"validation_out": f"{names[k - 1]}.validation"} if validates_previous else {})},
+                     **({"prefetched_out": f"{names[k + 1]}.prefetched"} if plan.prefetch else {}),
+                     **({"validation_out": f"{names[k - 1]}.validation"} if plan.validates_previous else {})},
             parameters=PARAMETERS,
         )
     return blocks + Pipeline([Node(summarize_rounds, [f"{n}.stats" for n in names], "round_history", name="summarize_rounds")])
