@@ -15,13 +15,18 @@ left out of every variant alike. Variants:
 * `sync, background`: the same rounds with the engine in its worker process (one core each);
 * `async`: `rl.max_staleness: 1` with the engine in its worker process: round k+1's rollout samples
   from a frozen copy of round k's starting policy while round k's update trains; the rollout ahead
-  samples on one core and the update beside it trains on the other (`rollout/background.py`).
+  samples on one core and the update beside it trains on the other (`rollout/background.py`);
+  the worker validates the last `rl.validation_ahead_share` of each round's validation tasks behind
+  the next rollout ahead, the update the others right after it trains;
+* `async, all validation ahead`: the same with the worker validating every task
+  (`rl.validation_ahead_share: 1`).
 
 With `--ceiling`, a `sync, one thread` variant runs the synchronous rounds on one torch thread, and
 the table adds what perfect overlap would give on these two cores: per round, the longer of that
 variant's worker side and trainer side (each on one core, side by side, nothing waiting), for the
-rollout alone ahead and for the rollout and the previous round's validation ahead (what async runs:
-`deferred_validations` in `pipelines/rl/pipeline.py`).
+rollout alone ahead, for the rollout and the previous round's validation ahead (`deferred_validations`
+in `pipelines/rl/pipeline.py`), and for the rollout and `rl.validation_ahead_share` of the validation
+ahead, the rest in the update (what `async` runs).
 
 The table gives seconds per round, rounds per hour, the ratio to `sync`, and the last round's
 validation greedy accuracy (learning must stay comparable: the full-run comparison is in docs/rl.md).
@@ -40,10 +45,15 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+from rlvr_factory.parameters import RLConfig  # noqa: E402  (the default rl.validation_ahead_share)
+
 VARIANTS = {
     "sync": {},
     "sync, background": {"rollout.background": "true"},
     "async (max_staleness 1)": {"rl.max_staleness": "1", "rollout.background": "true"},
+    "async, all validation ahead": {"rl.max_staleness": "1", "rollout.background": "true",
+                                    "rl.validation_ahead_share": "1"},
 }
 ONE_THREAD = "sync, one thread"
 ENV = {ONE_THREAD: {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}}
@@ -77,7 +87,7 @@ def main():
     history = json.loads((project / "data/08_reporting/round_history.json").read_text())
     phases = {}
     for name, end in timer.end.items():
-        if name.startswith("round_"):
+        if name.startswith("round_") and name != "round_000.rollout":  # in the window, as `seconds`
             phase = name.split(".", 1)[1]
             phases[phase] = phases.get(phase, 0.0) + (end - timer.start[name]) / rounds
     phases["validation"] = sum(timer.validation) / rounds  # inside the update, or in the worker when it runs ahead
@@ -167,8 +177,12 @@ def main() -> None:
         validation = statistics.median(r["phases"].get("validation", 0.0) for r in runs)
         rest = statistics.median(sum(v for k, v in r["phases"].items() if k not in ("rollout", "validation"))
                                  for r in runs)  # the update's node time includes its validation
-        for label, worker, trainer in (("rollout ahead", rollout, rest),
-                                       ("rollout and validation ahead", rollout + validation, rest - validation)):
+        share = float(extra.get("rl.validation_ahead_share", RLConfig().validation_ahead_share))
+        for label, worker, trainer in (
+            ("rollout ahead", rollout, rest),
+            ("rollout and validation ahead", rollout + validation, rest - validation),
+            (f"rollout and {share:.0%} of the validation ahead", rollout + share * validation, rest - share * validation),
+        ):
             ceiling = max(worker, trainer)
             print(f"| perfect overlap, {label} (ceiling: max of one thread's worker side {worker:.1f} s and "
                   f"trainer side {trainer:.1f} s) | {ceiling:.1f} | {3600 / ceiling:.0f} | "

@@ -73,3 +73,27 @@ def test_a_failed_run_says_which_mlflow_run_it_left_failed(project, caplog):
     (run,) = _runs(project)
     assert run.info.status == "FAILED"
     assert f"MLflow run {run.info.run_id} in {tracking_uri(project)} is marked FAILED" in caplog.text
+
+
+def test_each_node_parameter_is_logged_once_per_run_not_once_per_node(project, monkeypatch):
+    """kedro-mlflow logs a node's `params:` inputs before every node that reads them (one SQLite write per key);
+    MlflowParamsOnceHook, registered in its place, logs each once per run, under kedro-mlflow's names."""
+    import mlflow
+
+    logged: list[str] = []
+    real = mlflow.log_param
+
+    def log_param(key, value, *args, **kwargs):  # the real call, counted
+        logged.append(key)
+        return real(key, value, *args, **kwargs)
+
+    run_pipeline(project, TINY_PARAMS, pipeline="curate")
+    run_pipeline(project, TINY_PARAMS, pipeline="base_model")
+    monkeypatch.setattr(mlflow, "log_param", log_param)
+    run_pipeline(project, TINY_PARAMS, pipeline="sft")  # build_sft_examples and supervised_fine_tune both read params:sft
+    assert logged, "no node parameter was logged at all"
+    assert len(logged) == len(set(logged)), sorted(k for k in set(logged) if logged.count(k) > 1)
+    assert "sft.train.steps" in logged  # read by both sft nodes: logged before the first
+    (run,) = [r for r in _runs(project) if r.info.run_name == "sft"]
+    assert int(run.data.params["sft.train.steps"]) == TINY_PARAMS["sft"]["train"]["steps"]
+    assert "model.name_or_path" in run.data.params  # supervised_fine_tune's other parameter block

@@ -91,13 +91,25 @@ def pass_rates(
     return {t.task_id: sum(h) / len(h) for t, h in zip(tasks, hits)}
 
 
+def greedy_solved(
+    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, sampling: SamplingConfig,
+    rollout: RolloutConfig | None = None,
+) -> int:
+    """How many of `tasks` the greedy episode solves (0 for none, without sampling)."""
+    if not tasks:
+        return 0
+    hits = correctness(policy, tasks, domain, verify, 1, replace(sampling, temperature=0.0), "eval greedy", rollout)
+    return sum(h[0] for h in hits)
+
+
 def greedy_accuracy(
     policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, sampling: SamplingConfig,
     rollout: RolloutConfig | None = None,
 ) -> float:
     """Fraction of tasks solved by the greedy episode."""
-    hits = correctness(policy, tasks, domain, verify, 1, replace(sampling, temperature=0.0), "eval greedy", rollout)
-    return sum(h[0] for h in hits) / len(tasks)
+    if not tasks:
+        raise ValueError("greedy_accuracy got no tasks; is the validation split empty?")
+    return greedy_solved(policy, tasks, domain, verify, sampling, rollout) / len(tasks)
 
 
 def _groups(tasks: Sequence[Task], turns: Sequence[int] | None = None) -> dict[str, list[int]]:

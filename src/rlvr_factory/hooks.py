@@ -12,6 +12,7 @@ from typing import Any
 import mlflow
 from kedro.framework.hooks import hook_impl
 from kedro.framework.project import pipelines
+from kedro_mlflow.framework.hooks.mlflow_hook import MlflowHook
 from kedro_mlflow.framework.hooks.utils import _flatten_dict  # the same names kedro-mlflow gives node parameters
 from mlflow import MlflowClient
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
@@ -187,6 +188,40 @@ def _mlflow_location(run_id: str, tracking_uri: str) -> str:
         versions = []
     registered = "".join(f"; model {v.name} version {v.version}" for v in versions)
     return f"run {run_id} in {tracking_uri}{registered} (`kedro mlflow ui` opens it)"
+
+
+class MlflowParamsOnceHook(MlflowHook):
+    """kedro-mlflow's hook, which this project registers in its place (`settings.DISABLE_HOOKS_FOR_PLUGINS`),
+    logging each `params:` input once per run rather than before every node that reads it.
+
+    kedro-mlflow logs a node's parameter inputs before the node runs, one `mlflow.log_param` (an SQLite
+    transaction) per flattened key, and reopens the run for the node's thread. The unrolled RL loop's
+    nodes read the same parameter blocks every round, so that re-logged hundreds of unchanged values a
+    round: about 1 s of a 7 s round on the trainer's critical path (profiled with py-spy on
+    `benchmarks/async_rounds.py`). Parameters never change within a run, and `MlflowLineageHook` logs
+    them all when it starts; a node whose parameter inputs were all logged, in a thread that has the
+    run open, goes straight to running. Everything else is kedro-mlflow's own (its configuration in
+    conf/base/mlflow.yml, long values as tags, the run's start and end, the `kedro mlflow` commands).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._params_logged: set[str] = set()
+
+    @hook_impl
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:
+        self._params_logged = set()
+        super().before_pipeline_run(run_params, pipeline, catalog)
+
+    @hook_impl
+    def before_node_run(self, node, catalog, inputs: dict[str, Any], is_async: bool) -> None:
+        fresh = {k: v for k, v in inputs.items() if (k.startswith("params:") or k == "parameters")
+                 and k not in self._params_logged}
+        active = mlflow.active_run()
+        if not fresh and active is not None and active.info.run_id == self.run_id:
+            return
+        super().before_node_run(node, catalog, fresh, is_async)
+        self._params_logged.update(fresh)
 
 
 class MlflowLineageHook:

@@ -115,6 +115,7 @@ class RLConfig:
     lr_schedule: Literal[SCHEDULES] = "cosine"  # update.lr over the rounds: cosine (to 10%), linear (to 0) or constant
     checkpoint_every: NonNegativeInt = 5  # write the policy and optimizer to disk every N rounds (0: never)
     max_staleness: NonNegativeInt = 0  # asynchronous rounds: round k samples from the policy of round k - s (s at most this; 0 at a checkpoint), overlapping the updates in between under a ThreadRunner (docs/rl.md)
+    validation_ahead_share: Fraction = 0.85  # asynchronous rounds: share of a round's validation tasks the background worker validates, behind the rollout ahead; the update validates the rest right after it trains (docs/engines.md)
     prompts_per_round: PositiveInt = 64  # train prompts (groups) per round
     samples_per_prompt: PositiveInt = 8  # G, the group size
     domain_curves_max: NonNegativeInt = 10  # per-domain MLflow curves up to this many domains; beyond, the table and heatmap

@@ -30,7 +30,9 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 from rlvr_factory import tracking  # noqa: E402
 from rlvr_factory.config_loader import ConfigLoader  # noqa: E402
 from rlvr_factory.distributed_hooks import DistributedHook  # noqa: E402
-from rlvr_factory.hooks import MlflowLineageHook, ModelPathHook, PipelineShapeHook, RunConsoleHook  # noqa: E402
+from rlvr_factory.hooks import (  # noqa: E402
+    MlflowLineageHook, MlflowParamsOnceHook, ModelPathHook, PipelineShapeHook, RunConsoleHook,
+)
 
 
 def _project_root() -> str:
@@ -52,7 +54,11 @@ def _mlflow_artifact_location() -> str | None:
     return tracking.artifact_location(uri)
 
 
-HOOKS = (PipelineShapeHook(), ModelPathHook(), RunConsoleHook(), MlflowLineageHook(), DistributedHook())
+# kedro-mlflow's hook, as MlflowParamsOnceHook (each node parameter logged once per run, not once per node),
+# registered last as Kedro registers a plugin's hooks after these: pluggy calls it first, as before
+DISABLE_HOOKS_FOR_PLUGINS = ("kedro-mlflow", "kedro_mlflow")
+HOOKS = (PipelineShapeHook(), ModelPathHook(), RunConsoleHook(), MlflowLineageHook(), DistributedHook(),
+         MlflowParamsOnceHook())
 
 CONFIG_LOADER_CLASS = ConfigLoader
 CONFIG_LOADER_ARGS = {

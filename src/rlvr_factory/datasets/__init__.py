@@ -2,7 +2,8 @@
 
 from rlvr_factory.datasets.figure_folder import FigureFolderDataset
 from rlvr_factory.datasets.jsonl_dataset import JSONLinesDataset
+from rlvr_factory.datasets.mlflow_metrics import BatchedMetricsHistoryDataset
 from rlvr_factory.datasets.policy_dataset import PolicyDataset
 from rlvr_factory.datasets.reward_model_dataset import RewardModelDataset
 
-__all__ = ["FigureFolderDataset", "JSONLinesDataset", "PolicyDataset", "RewardModelDataset"]
+__all__ = ["BatchedMetricsHistoryDataset", "FigureFolderDataset", "JSONLinesDataset", "PolicyDataset", "RewardModelDataset"]

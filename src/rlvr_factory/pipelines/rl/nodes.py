@@ -15,8 +15,8 @@ import pandas as pd
 
 from rlvr_factory import distributed
 from rlvr_factory.domain_report import without_domain_curves
-from rlvr_factory.domains import get_domain, tasks_from_frame
-from rlvr_factory.evaluation import greedy_accuracy
+from rlvr_factory.domains import Task, get_domain, tasks_from_frame
+from rlvr_factory.evaluation import greedy_solved
 from rlvr_factory.models.lora import LoraSettings, with_lora
 from rlvr_factory.models.policy import Policy, freeze
 from rlvr_factory.overoptimisation import component_stats
@@ -277,21 +277,36 @@ def update(
         **rollout_stats,
         **verify_stats,
     )
-    if not validate:
-        return policy, stats
+    here, ahead = _validation_split(validation_tasks, evaluate, rl if not validate else None)
     start = time.perf_counter()
     with sharing_cores(episodes.background_threads):
-        val_accuracy = _validate(policy, validation_tasks, domain, verify, evaluate, episodes)
+        solved = _solved(policy, here, domain, verify, evaluate, episodes)
+    if not validate:  # the rest (`ahead`) the worker validates: finish_round adds these two
+        return policy, {**stats, SOLVED_HERE: solved, SECONDS_HERE: time.perf_counter() - start}
     return policy, *finish_round(
-        stats, {"val_greedy_accuracy": val_accuracy, "eval_seconds": time.perf_counter() - start}, domain_levels, rl)
+        stats, {"val_greedy_accuracy": solved / len(here), "eval_seconds": time.perf_counter() - start}, domain_levels,
+        rl)
 
 
-def _validate(policy: Policy, validation_tasks: pd.DataFrame, domain: dict, verify: dict, evaluate: dict,
-              episodes: RolloutConfig) -> float:
-    """The policy's greedy accuracy on the first `evaluate.validation_size` validation tasks."""
-    val_tasks = tasks_from_frame(validation_tasks)[: evaluate["validation_size"]]
-    return greedy_accuracy(policy, val_tasks, get_domain(domain), verify, SamplingConfig(**evaluate["sampling"]),
-                           episodes)
+# The part of a round's validation its update ran itself, beside the worker validating the rest (`finish_round`).
+SOLVED_HERE, SECONDS_HERE = "_val_solved_in_update", "_val_seconds_in_update"
+
+
+def _validation_split(validation_tasks: pd.DataFrame, evaluate: dict, rl: dict | None) -> tuple[list[Task], list[Task]]:
+    """The first `evaluate.validation_size` validation tasks: those the update validates and those the
+    background worker validates ahead (asynchronous rounds, `rl` given: the last `rl.validation_ahead_share`
+    of them; else none)."""
+    tasks = tasks_from_frame(validation_tasks)[: evaluate["validation_size"]]
+    if not tasks:
+        raise ValueError("the validation split is empty: nothing to validate the rounds on")
+    here = len(tasks) - (round(rl["validation_ahead_share"] * len(tasks)) if rl is not None else 0)
+    return tasks[:here], tasks[here:]
+
+
+def _solved(policy: Policy, tasks: list[Task], domain: dict, verify: dict, evaluate: dict,
+            episodes: RolloutConfig) -> int:
+    """How many of `tasks` the policy's greedy episode solves."""
+    return greedy_solved(policy, tasks, get_domain(domain), verify, SamplingConfig(**evaluate["sampling"]), episodes)
 
 
 @dataclass
@@ -299,13 +314,14 @@ class ValidationAhead:
     """A round's validation, running in the background thread after the next rollout ahead (asynchronous rounds)."""
 
     round_index: int
-    future: Future
+    future: Future  # (tasks solved, seconds)
     policy_version: int  # of the weights it validates: finish_round checks they are the ones the round's update wrote
+    tasks: int  # the round's validation tasks, those its update validated included
 
 
 def validate_ahead(
     policy: Policy, validation_tasks: pd.DataFrame, domain: dict, verify: dict, evaluate: dict, rollout: dict,
-    prefetched: Prefetched | None = None, *, round_index: int,
+    rl: dict, prefetched: Prefetched | None = None, *, round_index: int,
 ) -> ValidationAhead:
     """Start round `round_index`'s validation, of `policy` (the policy that round's update wrote, which the
     round after it starts from), in the background thread, behind the rollout running ahead.
@@ -314,12 +330,15 @@ def validate_ahead(
     worker validates them right after it samples, from the same frozen copy (`prefetched.behaviour`, else a
     copy of its own), while the round after trains in this process. The result is the one `update` would
     have computed on that policy: greedy decoding of the same weights on the same tasks and threads.
+    The worker takes the last `rl.validation_ahead_share` of the tasks; the round's update validated the
+    others right after it trained, on the cores the worker leaves, so neither side waits long for the other.
     """
     episodes = RolloutConfig.from_params(rollout)
     frozen = prefetched.behaviour if prefetched is not None and prefetched.behaviour is not None else frozen_copy(policy)
     rollout_started_ahead()  # pending like a rollout ahead: the update beside it trains on the cores it leaves
-    future = _AHEAD.submit(_timed(_ahead(_validate)), frozen, validation_tasks, domain, verify, evaluate, episodes)
-    return ValidationAhead(round_index, future, frozen.version)
+    here, ahead = _validation_split(validation_tasks, evaluate, rl)
+    future = _AHEAD.submit(_timed(_ahead(_solved)), frozen, ahead, domain, verify, evaluate, episodes)
+    return ValidationAhead(round_index, future, frozen.version, len(here) + len(ahead))
 
 
 def prefetch_and_validate_ahead(
@@ -331,8 +350,8 @@ def prefetch_and_validate_ahead(
     from the same frozen copy, in one node (so the update that follows is the next node to run)."""
     prefetched = prefetch_rollout(policy, train_tasks, rl, domain, verify, rollout_params, pass_rates, domain_levels,
                                   round_index=round_index)
-    return prefetched, validate_ahead(policy, validation_tasks, domain, verify, evaluate, rollout_params, prefetched,
-                                      round_index=round_index - 2)
+    return prefetched, validate_ahead(policy, validation_tasks, domain, verify, evaluate, rollout_params, rl,
+                                      prefetched, round_index=round_index - 2)
 
 
 def _timed(func):
@@ -359,10 +378,12 @@ def finish_round(
             raise ValueError(f"round {stats['round']}'s validation ran on policy version {validation.policy_version}, "
                              f"not the version {stats['policy_version']} its update wrote")
         try:
-            accuracy, seconds = validation.future.result()
+            solved, seconds = validation.future.result()
         finally:
             rollout_collected()
-        validation = {"val_greedy_accuracy": accuracy, "eval_seconds": seconds}
+        stats = dict(stats)
+        validation = {"val_greedy_accuracy": (stats.pop(SOLVED_HERE) + solved) / validation.tasks,
+                      "eval_seconds": stats.pop(SECONDS_HERE) + seconds}
     stats = _with_validation(stats, validation)
     curves = without_domain_curves(stats, set(domain_levels["domain"]), rl["domain_curves_max"])
     history = {k: {"value": float(v), "step": stats["round"]} for k, v in curves.items() if k != "round"}

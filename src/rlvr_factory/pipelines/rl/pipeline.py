@@ -108,8 +108,8 @@ def round_pipeline(round_index: int, with_reference: bool, plan: RoundPlan = Rou
                       name="prefetch_next_rollout")]
     elif validates_previous:
         ahead = [Node(_for_round(validate_ahead, round_index - 1),
-                      ["policy", "validation_tasks", "params:domain", "params:verify", "params:evaluate", "params:rollout"],
-                      "validation_out", name="validate_previous_ahead")]
+                      ["policy", "validation_tasks", "params:domain", "params:verify", "params:evaluate", "params:rollout",
+                       "params:rl"], "validation_out", name="validate_previous_ahead")]
     else:
         ahead = []
     # the frozen copies are taken before this update trains the policy in place
