@@ -129,3 +129,7 @@ def test_the_reasoning_gym_environment_trains_fifty_families_with_a_level_each()
     assert params["rl"]["curriculum"]["levels"]["enabled"] and params["rl"]["curriculum"]["band"] == [0.1, 0.9]
     longest = rg.max_prompt_chars + len(rg.instruction) + 1 + params["rl"]["sampling"]["max_new_tokens"]
     assert params["model"]["embedded"]["architecture"]["max_positions"] >= longest + 16  # bytes are tokens
+    # the rollout's context budget covers the longest episode too (base's 256 had ended most episodes
+    # before their first turn, as context_budget with an empty completion)
+    assert params["rollout"]["max_context_tokens"] >= longest + 16
+    assert params["rollout"]["max_context_tokens"] <= params["model"]["embedded"]["architecture"]["max_positions"]
