@@ -9,6 +9,7 @@ from rlvr_factory.domains import get_domain  # noqa: E402
 from rlvr_factory.domains.reasoning_gym import (  # noqa: E402
     EXCLUDED, ReasoningGymDomain, available_families, level_config, resolve_families,
 )
+from rlvr_factory.rollout.agent_loop import RolloutConfig  # noqa: E402
 from rlvr_factory.verification import verify_batch  # noqa: E402
 
 SPLITS = {"train": 4, "test": 2}
@@ -129,7 +130,7 @@ def test_the_reasoning_gym_environment_trains_fifty_families_with_a_level_each()
     assert params["rl"]["curriculum"]["levels"]["enabled"] and params["rl"]["curriculum"]["band"] == [0.1, 0.9]
     longest = rg.max_prompt_chars + len(rg.instruction) + 1 + params["rl"]["sampling"]["max_new_tokens"]
     assert params["model"]["embedded"]["architecture"]["max_positions"] >= longest + 16  # bytes are tokens
-    # the rollout's context budget covers the longest episode too (base's 256 had ended most episodes
-    # before their first turn, as context_budget with an empty completion)
-    assert params["rollout"]["max_context_tokens"] >= longest + 16
-    assert params["rollout"]["max_context_tokens"] <= params["model"]["embedded"]["architecture"]["max_positions"]
+    # the rollout's context budget is the model's positions, so it covers the longest episode too (a fixed
+    # 256 had ended most episodes before their first turn, as context_budget with an empty completion)
+    budget = RolloutConfig.from_params(params["rollout"]).context_budget(params["model"]["embedded"]["architecture"]["max_positions"])
+    assert budget == params["model"]["embedded"]["architecture"]["max_positions"] >= longest + 16

@@ -133,6 +133,31 @@ def test_the_context_budget_ends_an_episode_before_a_turn_that_would_not_fit():
     assert first.finish_reason == "context_budget" and first.turns == []
 
 
+def test_the_auto_budget_is_the_policys_positions_and_a_budget_below_the_prompts_is_reported(tiny_policy, caplog, monkeypatch):
+    from rlvr_factory.rollout import agent_loop
+
+    positions = tiny_policy.model.config.max_position_embeddings
+    assert RolloutConfig().context_budget(positions) == positions  # the default follows the model
+    assert RolloutConfig(max_context_tokens=64).context_budget(positions) == 64
+    assert RolloutConfig(max_context_tokens=None).context_budget(positions) is None
+    for bad in (0, -3, "256", 1.5):
+        with pytest.raises(ValueError, match="max_context_tokens"):
+            RolloutConfig(max_context_tokens=bad)
+    domain = ArithmeticDomain(levels={1: {"digits": 1, "operands": 2, "ops": "+"}}, splits={})
+    sampling = SamplingConfig(max_new_tokens=6, seed=0)
+    monkeypatch.setattr(agent_loop, "_warned_budgets", set())
+    with caplog.at_level("WARNING", logger=agent_loop.__name__):
+        fitting, _ = sample_episodes(tiny_policy, domain, TASKS, 2, RolloutConfig(), sampling)
+        assert all(e.turns for e in fitting) and "before their first turn" not in caplog.text
+        tiny_policy.model.config.max_position_embeddings = 12  # shorter than every prompt: sample_episodes reads it
+        for _ in range(2):
+            cut, _ = sample_episodes(tiny_policy, domain, TASKS, 2, RolloutConfig(), sampling)
+    assert all(e.finish_reason == "context_budget" and not e.turns and e.completion_ids == [] for e in cut)
+    warnings = [r.getMessage() for r in caplog.records if "before their first turn" in r.getMessage()]
+    assert len(warnings) == 1  # once per budget, not once per round
+    assert f"(12) ends {2 * len(TASKS)} of {2 * len(TASKS)} episodes" in warnings[0]
+
+
 def test_an_action_that_floods_the_token_budget_ends_with_length(tiny_policy):
     episodes, _ = run(tiny_policy, lambda task: EchoEnvironment(turns=5), sampling=SamplingConfig(max_new_tokens=3, seed=0))
     assert {e.finish_reason for e in episodes} == {"length"} and all(e.out_of_budget for e in episodes)

@@ -131,6 +131,30 @@ def test_small_batches_cover_every_job(tiny_policy):
     assert [(c.prompt_index, c.sample_index) for c in completions] == [(i, s) for i in range(2) for s in range(3)]
 
 
+def test_batches_by_length_group_similar_contexts_and_sample_the_same_greedy_tokens(tiny_policy):
+    class RecordingBatches(TransformersEngine):
+        def _run(self, contexts, *args):
+            self.batches.append([len(c) for c in contexts])
+            return super()._run(contexts, *args)
+
+    prompts = encode_prompts(tiny_policy.tokenizer, ["1+2", "a much longer prompt of many bytes, " * 3, "3*4",
+                                                     "another long prompt that pads the short ones " * 2])
+    requests = [Request(p) for p in prompts]
+    out = {}
+    for by_length in (False, True):
+        engine = RecordingBatches(tiny_policy, reuse_kv=False)
+        engine.batches = []
+        config = SamplingConfig(max_new_tokens=5, temperature=0.0, batch_size=2, batch_by_length=by_length)
+        generations, stats = engine.generate(requests, config)
+        out[by_length] = ([g.token_ids for g in generations], engine.batches, stats.prefill_tokens)
+    lengths = [len(p) for p in prompts]
+    assert out[False][1] == [lengths[:2], lengths[2:]]  # request order: each batch pads a short prompt to a long one
+    assert out[True][1] == [[lengths[0], lengths[2]], [lengths[1], lengths[3]]]  # the short pair, then the long pair
+    padded = {k: sum(len(b) * max(b) for b in batches) for k, (_, batches, _) in out.items()}
+    assert padded[True] < padded[False] and out[True][2] == out[False][2] == sum(lengths)
+    assert out[True][0] == out[False][0]  # each generation lands at its request's place, the same greedy tokens
+
+
 def test_timing_stats_are_reported(tiny_policy):
     _, stats = generate(tiny_policy, PROMPTS, 1, SamplingConfig(max_new_tokens=3))
     assert stats["seconds"] > 0 and stats["tokens_per_second"] > 0

@@ -37,6 +37,14 @@ class Policy:
         return next(self.model.parameters()).device
 
 
+def max_positions(model: PreTrainedModel) -> int | None:
+    """The longest sequence the model's position embeddings cover (`max_position_embeddings`, GPT-2's
+    `n_positions`), or None when its config names none (e.g. a model without learned or RoPE positions)."""
+    config = model.config
+    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return int(positions) if positions else None
+
+
 def freeze(model: torch.nn.Module) -> torch.nn.Module:
     """`model` in eval mode with every weight out of autograd (a reference, or a copy that no update changes)."""
     model.eval()

@@ -6,7 +6,8 @@ Each turn the engine continues every active episode's context (its own token ids
 policy's tokens are never re-tokenized); the environments step on the decoded actions; each
 observation is encoded on its own and appended. An episode ends when its environment says
 `done`, when an action runs out of tokens (`length`), at `max_turns`, when the next turn
-would not fit `max_context_tokens` (`context_budget`), or when an environment call fails
+would not fit `max_context_tokens` (`context_budget`; `auto`, the default, is the policy's own
+positions), or when an environment call fails
 (`error`, `timeout`, `infra_error`; that episode only). An episode the loop cut short before
 its environment said `done` is not judged: reward 0, breakdown `unfinished`. A single-turn
 domain is a one-turn episode through the same code.
@@ -18,10 +19,10 @@ import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 from rlvr_factory.domains.base import Domain, Environment, Step, Task, environment_for, member
-from rlvr_factory.models.policy import Policy
+from rlvr_factory.models.policy import Policy, max_positions
 from rlvr_factory.rollout.chat import NON_APPEND_ONLY, ChatFormat, Message
 from rlvr_factory.rollout.engine import Engine, EngineStats, Request, SamplingConfig
 from rlvr_factory.rollout.episode import LOOP_BUDGETS, Episode, Turn
@@ -35,6 +36,8 @@ from rlvr_factory.verifiers.score import Score
 log = logging.getLogger(__name__)
 UNFINISHED = Score(reward=0.0, correct=False, breakdown={"unfinished": 1.0})
 ENGINES = ("transformers", "vllm")
+BUDGET_WARNING_SHARE = 0.05  # warn when the context budget ends more than this share of a batch's episodes before their first turn
+_warned_budgets: set[int] = set()
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ class MultiTurnConfig:
 @dataclass(frozen=True)
 class RolloutConfig:
     max_turns: int = 1  # actions per episode at most
-    max_context_tokens: int | None = None  # an episode ends before a turn that could exceed this many tokens
+    max_context_tokens: int | Literal["auto"] | None = "auto"  # an episode ends before a turn that could exceed this many tokens; auto: the policy's positions (max_position_embeddings); null: no limit
     reuse_kv: bool = True  # continue each episode from its KV cache instead of recomputing its history
     engine: str = "transformers"  # transformers (`generate`) | vllm (one engine per run, weights pushed every round)
     background: bool = False  # engine transformers: sample in a worker process of its own, so asynchronous rounds (rl.max_staleness) overlap sampling with the update
@@ -69,8 +72,14 @@ class RolloutConfig:
                              "samples in a process of its own: leave it false with rollout.engine=vllm")
         if self.max_turns < 1:
             raise ValueError(f"rollout.max_turns must be at least 1, got {self.max_turns}")
-        if self.max_context_tokens is not None and self.max_context_tokens < 1:
-            raise ValueError(f"rollout.max_context_tokens must be positive or null, got {self.max_context_tokens}")
+        if self.max_context_tokens not in (None, "auto") and (
+                not isinstance(self.max_context_tokens, int) or self.max_context_tokens < 1):
+            raise ValueError(f"rollout.max_context_tokens must be a positive int, auto or null, got {self.max_context_tokens!r}")
+
+    def context_budget(self, positions: int | None) -> int | None:
+        """The token budget of an episode: `max_context_tokens`, or with `auto` the model's `positions`
+        (None, no limit, when the model names none)."""
+        return positions if self.max_context_tokens == "auto" else self.max_context_tokens
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any] | None) -> RolloutConfig:
@@ -113,13 +122,15 @@ def episode_layout(chat: ChatFormat, config: RolloutConfig) -> bool:
 
 def run_episodes(
     engine: Engine, chat: ChatFormat, tasks: Sequence[Task], samples: int, make_env: Callable[[Task], Environment],
-    config: RolloutConfig, sampling: SamplingConfig,
+    config: RolloutConfig, sampling: SamplingConfig, positions: int | None = None,
 ) -> tuple[list[Episode], dict[str, float]]:
     """`samples` episodes of each task (task-major order) and the loop's stats: `rollout_seconds`,
     `tokens_per_second`, `env_seconds`, `env_steps` (environment steps) and `env_steps_per_second`, and the engine's counts (`engine_seconds`, `engine_new_tokens`,
     `engine_prefill_tokens` and `engine_cached_tokens`, also per turn as `engine_prefill_tokens_turn_<t>`,
-    and `engine_cache_hit_rate`, the share of context tokens a cache held)."""
+    and `engine_cache_hit_rate`, the share of context tokens a cache held). `positions` (the model's) is the
+    context budget when `config.max_context_tokens` is `auto`."""
     start = time.perf_counter()
+    budget = config.context_budget(positions)
     per_turn = episode_layout(chat, config)
     jobs = [(i, s) for i in range(len(tasks)) for s in range(samples)]
     episodes = [Episode(i, s, [], per_turn=per_turn) for i, s in jobs]
@@ -131,9 +142,11 @@ def run_episodes(
         for turn in range(config.max_turns):
             contexts = {k: _context(e, chat, histories[k]) for k, e in enumerate(episodes) if not e.finished}
             for k, context in list(contexts.items()):
-                if config.max_context_tokens is not None and len(context) + sampling.max_new_tokens > config.max_context_tokens:
+                if budget is not None and len(context) + sampling.max_new_tokens > budget:
                     _finish(episodes[k], "context_budget", UNFINISHED, out_of_budget=True)
                     del contexts[k]
+            if turn == 0:
+                _warn_if_budget_ends_episodes(episodes, budget, sampling.max_new_tokens)
             if not contexts:
                 break
             generations, engine_stats = engine.generate(
@@ -156,6 +169,22 @@ def run_episodes(
                  env_steps_per_second=stats["env_steps"] / max(stats["env_seconds"], 1e-9),
                  engine_cache_hit_rate=stats["engine_cached_tokens"] / max(context_tokens, 1))
     return episodes, dict(stats)
+
+
+def _warn_if_budget_ends_episodes(episodes: list[Episode], budget: int | None, max_new_tokens: int) -> None:
+    """Say so (once per budget) when the context budget ends a noticeable share of the episodes before their
+    first turn: they get an empty completion and reward 0 whatever the model knows, so a budget set below
+    the prompts (or a model too short for them) silently removes those tasks from training and evaluation."""
+    cut = [e for e in episodes if e.finish_reason == "context_budget" and not e.turns]
+    if budget is None or budget in _warned_budgets or len(cut) <= BUDGET_WARNING_SHARE * len(episodes):
+        return
+    _warned_budgets.add(budget)
+    longest = max(len(e.prompt_ids) for e in cut)
+    log.warning("rollout.max_context_tokens (%d) ends %d of %d episodes before their first turn (prompt + "
+                "max_new_tokens %d > %d; the longest prompt has %d tokens): they score 0 with an empty completion. "
+                "Raise rollout.max_context_tokens (auto: the model's positions), shorten the prompts "
+                "(domain.max_prompt_chars) or lower max_new_tokens", budget, len(cut), len(episodes),
+                max_new_tokens, budget, longest)
 
 
 def _start(
@@ -242,7 +271,7 @@ def sample_episodes(
     """`run_episodes` with `rollout.engine` on `policy`, in the domain's environments."""
     engine = make_engine(policy, config, desc)
     return run_episodes(engine, chat_format(policy.tokenizer, config), tasks, samples, environments_of(domain),
-                        config, sampling)
+                        config, sampling, positions=max_positions(policy.model))
 
 
 def make_engine(policy: Policy, config: RolloutConfig, desc: str = "rollout") -> Engine:

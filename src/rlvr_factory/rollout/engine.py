@@ -25,6 +25,7 @@ class SamplingConfig:
     temperature: NonNegativeFloat = 1.0  # 0 means greedy decoding
     top_p: Annotated[float, Range(gt=0, le=1)] = 1.0  # nucleus sampling mass
     batch_size: PositiveInt = 512  # sequences per forward batch
+    batch_by_length: bool = False  # transformers engine: batch new contexts of similar length together (less left padding when prompt lengths vary); false: in request order
     seed: int = field(default=0, metadata=SET_BY_RUN)  # sampling seed (the run sets it: rl.seed and the round, evaluate.seed, ...)
 
 

@@ -117,8 +117,10 @@ class TransformersEngine:
             else:
                 fresh.append(i)
         batches = [(min(rows), rows, next(c for c in self._caches if id(c) == cid)) for cid, rows in continuing.items()]
-        batches += [(fresh[lo], fresh[lo : lo + config.batch_size], None)
-                    for lo in range(0, len(fresh), config.batch_size)]
+        if config.batch_by_length:  # similar lengths share a batch; each batch keeps request order inside
+            fresh = sorted(fresh, key=lambda i: (len(requests[i].context), i))
+        chunks = [sorted(fresh[lo : lo + config.batch_size]) for lo in range(0, len(fresh), config.batch_size)]
+        batches += [(chunk[0], chunk, None) for chunk in chunks]
         batches.sort(key=lambda b: b[0])
         seeds = torch.Generator().manual_seed(config.seed)
         out: list[Generation | None] = [None] * len(requests)
