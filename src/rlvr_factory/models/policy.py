@@ -37,10 +37,9 @@ class Policy:
         return next(self.model.parameters()).device
 
 
-def max_positions(model: PreTrainedModel) -> int | None:
-    """The longest sequence the model's position embeddings cover (`max_position_embeddings`, GPT-2's
-    `n_positions`), or None when its config names none (e.g. a model without learned or RoPE positions)."""
-    config = model.config
+def max_positions(config: Any) -> int | None:
+    """The longest sequence a model's position embeddings cover, from its config (`max_position_embeddings`,
+    GPT-2's `n_positions`), or None when the config names none (e.g. a model without learned or RoPE positions)."""
     positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     return int(positions) if positions else None
 

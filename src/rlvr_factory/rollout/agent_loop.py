@@ -271,7 +271,7 @@ def sample_episodes(
     """`run_episodes` with `rollout.engine` on `policy`, in the domain's environments."""
     engine = make_engine(policy, config, desc)
     return run_episodes(engine, chat_format(policy.tokenizer, config), tasks, samples, environments_of(domain),
-                        config, sampling, positions=max_positions(policy.model))
+                        config, sampling, positions=max_positions(policy.model.config))
 
 
 def make_engine(policy: Policy, config: RolloutConfig, desc: str = "rollout") -> Engine:

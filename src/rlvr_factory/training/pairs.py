@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from rlvr_factory.models.policy import Policy, load_policy, save_policy
+from rlvr_factory.models.policy import Policy, load_policy, max_positions, save_policy
 from rlvr_factory.preferences.contract import PreferencePair
 from rlvr_factory.training.lm import join_prompt_completion, lr_factor, make_optimizer, seed_everything
 from rlvr_factory.training.sft import encode_chat_examples, encode_prompts
@@ -83,7 +83,7 @@ def token_budget(name_or_path: str) -> tuple[Callable[[str, str], int], int]:
 
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     config = AutoConfig.from_pretrained(name_or_path)
-    context = getattr(config, "max_position_embeddings", None) or tokenizer.model_max_length
+    context = max_positions(config) or tokenizer.model_max_length
 
     @lru_cache(maxsize=None)
     def prompt_tokens(prompt: str) -> int:

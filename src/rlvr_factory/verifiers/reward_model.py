@@ -111,12 +111,13 @@ class RewardModelVerifier:
         """The learned reward of each (completion, gold) pair, in order, in forward passes of `batch_size`."""
         import torch
 
+        from rlvr_factory.models.policy import max_positions
         from rlvr_factory.models.reward_model import sequence_rewards
         from rlvr_factory.training.lm import join_prompt_completion
         from rlvr_factory.training.sft import encode_chat_examples
 
         policy, stats = self._model()
-        limit = int(getattr(policy.model.config, "max_position_embeddings", 0) or 10**9)
+        limit = max_positions(policy.model.config) or 10**9
         encoded = encode_chat_examples(policy.tokenizer, [_prompt_of(g) for _, g in pairs], [c for c, _ in pairs],
                                        split_special_tokens=True)
         mean, std = (stats.get("mean", 0.0), stats.get("std", 1.0) or 1.0) if self.standardize else (0.0, 1.0)
