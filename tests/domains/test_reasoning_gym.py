@@ -39,6 +39,58 @@ def test_generation_is_seeded():
     assert first != [t.to_row() for t in domain(datasets=["chain_sum"], seed=4).generate_tasks()]
 
 
+def test_items_do_not_depend_on_the_global_random_state_nor_on_the_processs_hash_salt():
+    """list_functions draws from `random`'s global generator and isomorphic_strings / ransom_note from
+    the order of sets of strings: both changed items from run to run (and so the test splits, the
+    pre-training corpus and every metric) until each item drew under seeded globals in workers with
+    a fixed PYTHONHASHSEED."""
+    import json
+    import random
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from rlvr_factory.domains import reasoning_gym as module
+
+    families = ["list_functions", "isomorphic_strings", "ransom_note"]
+    request = domain(datasets=["list_functions"], splits={"train": 40})._requests({"train": 40}, 0)[0]
+    random.seed(1)
+    first = module.generate_family(request)
+    random.seed(2)
+    np.random.seed(2)
+    assert module.generate_family(request) == first  # in this process, whatever state the globals were in
+    assert random.random() == random.Random(2).random()  # ... which it leaves as it found them
+    here = domain(datasets=families).rows()
+    script = ("import json, sys; from rlvr_factory.domains import get_domain; "
+              f"print(json.dumps(get_domain(json.loads(sys.argv[1])).rows()))")
+    settings = {"name": "reasoning_gym", "datasets": families, "splits": SPLITS, "generation": GENERATION}
+    for salt in ("1", "2"):  # another process, another salt: the same rows
+        out = subprocess.run([sys.executable, "-c", script, json.dumps(settings)], capture_output=True, text=True,
+                             check=True, env={**__import__("os").environ, "PYTHONHASHSEED": salt}).stdout
+        assert json.loads(out.strip().splitlines()[-1]) == json.loads(json.dumps(here))
+
+
+def test_a_generator_whose_later_items_change_between_fresh_generators_is_quarantined(monkeypatch):
+    from rlvr_factory.domains import reasoning_gym as module
+
+    real, built = module._generator, []
+
+    class Drifting:  # a real generator whose items after the first carry a per-instance counter
+        def __init__(self, generator):
+            self.generator, self.n = generator, len(built)
+            built.append(self)
+
+        def __getitem__(self, i):
+            item = self.generator[i]
+            return item if i == 0 else {**item, "question": f"{item['question']} ({self.n})"}
+
+    monkeypatch.setattr(module, "_generator", lambda family, config: Drifting(real(family, config)))
+    request = domain(datasets=["chain_sum"])._requests({"train": 3}, 0)[0]
+    with pytest.raises(RuntimeError, match="nondeterministic: .* gave 2 of 3 items differently .first: item 1"):
+        module.generate_family(request)
+
+
 def test_levels_are_the_family_curriculum_and_a_family_without_one_has_level_one():
     assert level_config("basic_arithmetic", 3, 0, 1, {}) != level_config("basic_arithmetic", 1, 0, 1, {})
     tasks = domain(datasets=["chain_sum"], levels=[1, 2]).generate_tasks()

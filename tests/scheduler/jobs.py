@@ -20,6 +20,11 @@ def pid(_):
     return os.getpid()
 
 
+def string_hash(text):
+    """This worker's hash of `text` (salted per interpreter unless PYTHONHASHSEED is fixed)."""
+    return hash(text)
+
+
 def pid_after(seconds):
     """Sleep, then return this worker's pid."""
     time.sleep(seconds)

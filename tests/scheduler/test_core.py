@@ -204,6 +204,27 @@ def test_metrics_over_a_window_count_jobs_rates_and_utilisation(local):
                            "peak_queue_depth"}
 
 
+def test_a_hash_seed_gives_workers_the_string_hashing_of_that_pythonhashseed_and_leaves_the_environment_alone():
+    import subprocess
+    import sys
+
+    expected = int(subprocess.run([sys.executable, "-c", "print(hash('isomorphic'))"], env={**os.environ, "PYTHONHASHSEED": "7"},
+                                  capture_output=True, text=True, check=True).stdout)
+    before = os.environ.get("PYTHONHASHSEED")
+    for _ in range(2):  # two schedulers, two sets of fresh workers: the same hashes
+        with create_scheduler({"workers": 2, "hash_seed": 7, "timeout_seconds": 30.0}) as scheduler:
+            assert {r.value for r in scheduler.map(jobs.string_hash, ["isomorphic"] * 4)} == {expected}
+    assert os.environ.get("PYTHONHASHSEED") == before
+    if before != "7":
+        with Scheduler(LocalBackend(), workers=1) as scheduler:  # without one: the fork server's own salt
+            assert next(scheduler.map(jobs.string_hash, ["isomorphic"])).value != expected
+    for bad in (-1, 2**32, "7", True, 1.5):
+        with pytest.raises(ValueError, match="hash_seed"):
+            LocalBackend(hash_seed=bad)
+    with pytest.raises(ValueError, match="hash_seed is a setting of the local backend"):
+        create_scheduler({"backend": "ray", "hash_seed": 0})
+
+
 def test_a_closed_scheduler_refuses_work_and_leaves_no_worker():
     scheduler = Scheduler(LocalBackend(), workers=2)
     pids = {r.value for r in scheduler.map(jobs.pid_after, [0.05] * 4)}

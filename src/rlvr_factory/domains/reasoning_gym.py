@@ -10,10 +10,16 @@ family's configuration at every level.
 Generation runs as scheduler jobs, one per (family, level), in worker processes under
 `generation.timeout_seconds`, and every item is checked before it becomes a row: a question and
 a reference answer that are strings within the length limits, an item that reads back equal
-from its Python literal, the same item again from a fresh generator with the same seed
-(determinism), and the reference answer earning full credit from the family's own scorer. A
-generator that raises, hangs or returns malformed items gives rows with an `_error` reason,
-which the curate stage quarantines; the run continues with the other families.
+from its Python literal, every item again from a fresh generator with the same seed
+(determinism), and the reference answer earning full credit from the family's own scorer. Each
+item is drawn with Python's and numpy's global random generators seeded from its dataset seed and
+index (and restored after): some generators draw from them instead of their own seeded `Random`
+(`list_functions`, `pool_matrix` in 0.1.25), which would otherwise make their items depend on
+whatever ran before in the process. The workers run with a fixed `PYTHONHASHSEED` (`HASH_SEED`) for
+the generators whose draws follow the order of a set of strings, which Python's per-process hash
+salt would otherwise change from run to run. A generator that raises, hangs or returns malformed
+items gives rows with an `_error` reason, which the curate stage quarantines; the run continues
+with the other families.
 
 The reward is `ReasoningGymVerifier` (the family's `score_answer` on the ``<answer>`` block,
 through the verifier pool). Demonstrations state the reference answer in the same tags.
@@ -24,9 +30,11 @@ from __future__ import annotations
 import json
 import logging
 import math
+import random
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from rlvr_factory.domains.base import Task
 from rlvr_factory.scheduler import create_scheduler
@@ -55,6 +63,10 @@ FIXES = {
     "sokoban": (lambda c: {"min_boxes": 1, "max_boxes": 2}, "4-10 boxes on its level-1 6x6 board never finish generating"),
     "word_ladder": (lambda c: {"min_word_length": 4}, "its level-1 word length 3 is missing from its word list (KeyError: 3)"),
 }
+# The generation workers' PYTHONHASHSEED: some generators draw from sets of strings
+# (`isomorphic_strings`, `ransom_note`: `rng.choice(list(letters - used))`), whose order follows string
+# hashing, which Python salts anew in every process unless this is fixed.
+HASH_SEED = 0
 DEFAULT_INSTRUCTION = "Give only the final answer, between <answer> and </answer>."
 
 
@@ -192,13 +204,12 @@ def generate_family(request: FamilyRequest) -> list[dict[str, Any]]:
     for split, count in request.counts.items():
         if not count:
             continue
-        config = level_config(request.family, request.level, request.seeds[split], count, request.overrides)
-        generator = _generator(request.family, config)
-        items = [generator[i] for i in range(count)]
-        again = _generator(request.family, level_config(request.family, request.level, request.seeds[split],
-                                                        count, request.overrides))[0]
-        if _identity(again) != _identity(items[0]):
-            raise RuntimeError("nondeterministic: a fresh generator with the same seed gave a different first item")
+        items = _items(request, split, count)
+        again = _items(request, split, count)  # a fresh generator: every item must repeat
+        differ = [i for i, (a, b) in enumerate(zip(items, again)) if _identity(a) != _identity(b)]
+        if differ:
+            raise RuntimeError(f"nondeterministic: a fresh generator with the same seed gave {len(differ)} of "
+                               f"{count} items differently (first: item {differ[0]})")
         for index, item in zip(request.indices[split], items):
             reason, reference = _problem(request.family, item, request)
             row = {
@@ -209,6 +220,32 @@ def generate_family(request: FamilyRequest) -> list[dict[str, Any]]:
             }
             rows.append({**row, "_error": reason} if reason else row)
     return rows
+
+
+def _items(request: FamilyRequest, split: str, count: int) -> list[Any]:
+    """`count` items of one split from a fresh generator, each drawn under `_global_seeds` of its index."""
+    seed = request.seeds[split]
+    generator = _generator(request.family, level_config(request.family, request.level, seed, count, request.overrides))
+    items = []
+    for i in range(count):
+        with _global_seeds(zlib.crc32(f"{seed}:{i}".encode())):
+            items.append(generator[i])
+    return items
+
+
+@contextmanager
+def _global_seeds(seed: int) -> Iterator[None]:
+    """Python's and numpy's global random generators seeded with `seed` inside, as they were outside."""
+    import numpy as np
+
+    state, np_state = random.getstate(), np.random.get_state()
+    random.seed(seed)
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(state)
+        np.random.set_state(np_state)
 
 
 def _identity(item: Any) -> Any:
@@ -308,7 +345,7 @@ class ReasoningGymDomain:
     def _generate(self, requests: Sequence[FamilyRequest], desc: str) -> list[dict[str, Any]]:
         """Every request's rows; a job that raised, hung or died gives one `_error` row saying so."""
         settings = {"workers": self.generation.workers, "timeout_seconds": self.generation.timeout_seconds,
-                    "retry": {"max_attempts": 1, "retry_timeouts": False}}
+                    "retry": {"max_attempts": 1, "retry_timeouts": False}, "hash_seed": HASH_SEED}
         rows: list[dict[str, Any]] = []
         with create_scheduler(settings) as scheduler:
             for request, result in zip(requests, scheduler.map(generate_family, requests)):

@@ -24,10 +24,11 @@ __all__ = [
 
 def create_scheduler(settings: dict[str, Any], memory_limit_mb: int | None = 4096) -> Scheduler:
     """A scheduler from parameters: `backend` (local|ray), `workers`, `timeout_seconds`,
-    `retry` (RetryPolicy's fields), `max_in_flight`, `num_cpus`, and for Ray `ray.address`
-    (local|auto|an address) and `ray.num_cpus`. Missing keys take their defaults; `memory_limit_mb`
-    caps each job process's address space."""
-    known = {"backend", "workers", "timeout_seconds", "retry", "max_in_flight", "num_cpus", "ray"}
+    `retry` (RetryPolicy's fields), `max_in_flight`, `num_cpus`, for the local backend `hash_seed`
+    (the workers' PYTHONHASHSEED: jobs whose output follows the order of a set of strings repeat
+    across runs) and for Ray `ray.address` (local|auto|an address) and `ray.num_cpus`. Missing keys
+    take their defaults; `memory_limit_mb` caps each job process's address space."""
+    known = {"backend", "workers", "timeout_seconds", "retry", "max_in_flight", "num_cpus", "ray", "hash_seed"}
     unknown = set(settings) - known
     if unknown:
         raise ValueError(f"unknown scheduler settings {sorted(unknown)}; expected some of {sorted(known)}")
@@ -35,8 +36,10 @@ def create_scheduler(settings: dict[str, Any], memory_limit_mb: int | None = 409
     if backend_name == "local":
         from rlvr_factory.scheduler.local import LocalBackend
 
-        backend: Any = LocalBackend(memory_limit_mb)
+        backend: Any = LocalBackend(memory_limit_mb, hash_seed=settings.get("hash_seed"))
     elif backend_name == "ray":
+        if settings.get("hash_seed") is not None:
+            raise ValueError("scheduler hash_seed is a setting of the local backend; Ray starts its own workers")
         from rlvr_factory.scheduler.ray_backend import RayBackend
 
         ray = settings.get("ray") or {}

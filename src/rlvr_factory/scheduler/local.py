@@ -6,6 +6,11 @@ worker leads a new process group, so killing the group also kills anything a job
 (a sandbox, a subprocess); the kernel kills it when the fork server, which exits with the
 caller, dies; its address space may be capped. Jobs reach a worker in chunks over a pipe and
 each result comes back as soon as it is ready.
+
+With `hash_seed` set, workers are spawned instead (fresh interpreters, slower to start) with
+`PYTHONHASHSEED` set to it: string hashing, and so the iteration order of sets of strings, is then
+the same in every run, which jobs whose output follows such an order need to repeat (a fork server's
+children all share the hash seed it drew when it started).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from rlvr_factory.scheduler.backend import Event
 from rlvr_factory.scheduler.worker import JobRunner, unsendable
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_ENVIRON_LOCK = threading.Lock()
 
 
 @dataclass(eq=False)
@@ -49,13 +55,20 @@ class LocalBackend:
     deadline_grace = 0.0  # the scheduler itself kills a worker at its job's deadline
 
     def __init__(
-        self, memory_limit_mb: int | None = 4096, serialize: Callable[[Any], bytes] = pickle.dumps
+        self, memory_limit_mb: int | None = 4096, serialize: Callable[[Any], bytes] = pickle.dumps,
+        hash_seed: int | None = None,
     ) -> None:
         if memory_limit_mb is not None and memory_limit_mb <= 0:
             raise ValueError(f"memory_limit_mb must be positive or None, got {memory_limit_mb}")
+        if hash_seed is not None and (isinstance(hash_seed, bool) or not isinstance(hash_seed, int)
+                                      or not 0 <= hash_seed <= 4294967295):
+            raise ValueError(f"hash_seed must be an integer in [0, 4294967295] (PYTHONHASHSEED) or None, got {hash_seed!r}")
         self.memory_limit_mb = memory_limit_mb
+        self.hash_seed = hash_seed
         self._serialize = serialize
-        if sys.platform.startswith("linux") or sys.platform == "darwin":
+        if hash_seed is not None:
+            self._context = multiprocessing.get_context("spawn")
+        elif sys.platform.startswith("linux") or sys.platform == "darwin":
             self._context = multiprocessing.get_context("forkserver")
             # the main module too, so a new worker does not import it again (spawn semantics, once)
             self._context.set_forkserver_preload(["__main__", "rlvr_factory.scheduler.worker"])
@@ -73,7 +86,19 @@ class LocalBackend:
             target=_worker_main, args=(child_conn, definitions, self.memory_limit_mb),
             name="scheduler-worker", daemon=True,
         )
-        process.start()
+        if self.hash_seed is None:
+            process.start()
+        else:
+            with _ENVIRON_LOCK:  # a spawned interpreter reads PYTHONHASHSEED from the environment it inherits
+                before = os.environ.get("PYTHONHASHSEED")
+                os.environ["PYTHONHASHSEED"] = str(self.hash_seed)
+                try:
+                    process.start()
+                finally:
+                    if before is None:
+                        del os.environ["PYTHONHASHSEED"]
+                    else:
+                        os.environ["PYTHONHASHSEED"] = before
         child_conn.close()  # so the parent reads EOF when the worker dies
         return LocalWorker(process, parent_conn)
 
