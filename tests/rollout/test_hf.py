@@ -155,6 +155,60 @@ def test_batches_by_length_group_similar_contexts_and_sample_the_same_greedy_tok
     assert out[True][0] == out[False][0]  # each generation lands at its request's place, the same greedy tokens
 
 
+def test_shared_prefill_runs_a_repeated_context_once_and_samples_what_each_row_would_alone(tiny_policy):
+    """A group's samples (and pass@k's) repeat one prompt: with `share_prefill` the prompt goes through the
+    model once and every row continues from a copy of its KV cache, sampling the same tokens (greedy and
+    seeded) with the same log-probs as when each row computes its own."""
+    prompts = encode_prompts(tiny_policy.tokenizer, ["1+2", "a much longer prompt of many bytes", "3*45"])
+    requests = [Request(p) for p in prompts for _ in range(3)] + [Request(prompts[0])]  # 3 groups and a straggler
+    out = {}
+    for share in (False, True):
+        for temperature in (0.0, 1.0):
+            config = SamplingConfig(max_new_tokens=6, temperature=temperature, batch_size=5, share_prefill=share, seed=3)
+            generations, stats = TransformersEngine(tiny_policy, reuse_kv=False).generate(requests, config)
+            out[share, temperature] = (generations, stats)
+    for temperature in (0.0, 1.0):
+        alone, shared = out[False, temperature][0], out[True, temperature][0]
+        assert [g.token_ids for g in shared] == [g.token_ids for g in alone]
+        assert [g.finish_reason for g in shared] == [g.finish_reason for g in alone]
+        for a, b in zip(alone, shared):
+            assert b.logprobs == pytest.approx(a.logprobs, abs=1e-4)
+    assert len({tuple(g.token_ids) for g in out[True, 1.0][0][:3]}) > 1  # a group's samples still differ
+    unshared, shared = out[False, 1.0][1], out[True, 1.0][1]
+    lengths = [len(r.context) for r in requests]
+    assert unshared.prefill_tokens == sum(lengths) and unshared.cached_tokens == 0
+    # batches of 5: [p0 p0 p0 p1 p1] [p1 p2 p2 p2 p0]: each distinct prompt's prefix once a batch, each row's last token
+    distinct = (len(prompts[0]) - 1) + (len(prompts[1]) - 1) + (len(prompts[1]) - 1) + (len(prompts[2]) - 1) + (len(prompts[0]) - 1)
+    assert shared.prefill_tokens == distinct + len(requests)
+    assert shared.prefill_tokens + shared.cached_tokens == sum(lengths)
+
+
+def test_a_second_turn_continues_the_cache_of_a_shared_prefill_as_it_would_a_computed_one(tiny_policy):
+    prompt = encode_prompts(tiny_policy.tokenizer, ["Compute 1+2"])[0]
+    tail = tiny_policy.tokenizer(" ok")["input_ids"]
+    turns = {}
+    for share in (False, True):
+        engine = TransformersEngine(tiny_policy)
+        config = SamplingConfig(max_new_tokens=4, temperature=1.0, share_prefill=share, seed=5)
+        first, _ = engine.generate([Request(prompt, key=k) for k in range(4)], config)
+        second, stats = engine.generate([Request(prompt + g.token_ids + tail, key=k) for k, g in enumerate(first)], config)
+        assert stats.cached_tokens == sum(len(prompt) + len(g.token_ids) - 1 for g in first)  # every row's cache reused (its last token was never run)
+        turns[share] = ([g.token_ids for g in first], [g.token_ids for g in second], [g.logprobs for g in second])
+    assert turns[True][:2] == turns[False][:2]
+    for a, b in zip(turns[False][2], turns[True][2]):
+        assert b == pytest.approx(a, abs=1e-4)
+
+
+def test_shared_prefill_leaves_batches_of_distinct_contexts_as_they_were(tiny_policy):
+    prompts = encode_prompts(tiny_policy.tokenizer, PROMPTS)
+    config = SamplingConfig(max_new_tokens=4, temperature=0.0, share_prefill=True)
+    generations, stats = TransformersEngine(tiny_policy, reuse_kv=False).generate([Request(p) for p in prompts], config)
+    plain, _ = TransformersEngine(tiny_policy, reuse_kv=False).generate(
+        [Request(p) for p in prompts], SamplingConfig(max_new_tokens=4, temperature=0.0))
+    assert [g.token_ids for g in generations] == [g.token_ids for g in plain]
+    assert stats.prefill_tokens == sum(map(len, prompts)) and stats.cached_tokens == 0
+
+
 def test_timing_stats_are_reported(tiny_policy):
     _, stats = generate(tiny_policy, PROMPTS, 1, SamplingConfig(max_new_tokens=3))
     assert stats["seconds"] > 0 and stats["tokens_per_second"] > 0

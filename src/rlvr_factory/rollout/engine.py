@@ -26,6 +26,7 @@ class SamplingConfig:
     top_p: Annotated[float, Range(gt=0, le=1)] = 1.0  # nucleus sampling mass
     batch_size: PositiveInt = 512  # sequences per forward batch
     batch_by_length: bool = False  # transformers engine: batch new contexts of similar length together (less left padding when prompt lengths vary); false: in request order
+    share_prefill: bool = False  # transformers engine: a context that several requests of a batch repeat (a group's samples, pass@k) is run through the model once and its KV cache copied to each; false: every row computes its own
     seed: int = field(default=0, metadata=SET_BY_RUN)  # sampling seed (the run sets it: rl.seed and the round, evaluate.seed, ...)
 
 

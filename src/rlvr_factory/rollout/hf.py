@@ -147,6 +147,10 @@ class TransformersEngine:
         """One `generate` call: fresh contexts left-padded, or continuations of `cache`'s `rows`."""
         tokenizer, model, device = self.policy.tokenizer, self.policy.model, self.policy.device
         pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+        if cache is None and config.share_prefill and (shared := self._prefill_distinct(contexts)) is not None:
+            cache, rows, computed = shared  # continued below from the distinct contexts' KV, a copy per row
+            stats.prefill_tokens += computed
+            stats.cached_tokens -= computed  # the continuation counts every row's prefix as cached; these were computed
         if cache is None:
             ids, mask = pad_batch(contexts, pad, left=True)
             past, known = None, mask
@@ -194,6 +198,24 @@ class TransformersEngine:
         layout = torch.cat([mask, real], dim=1)[:, : kv.get_seq_length()]
         tokens = [c + g.token_ids for c, g in zip(contexts, generations)]
         return generations, _Cache(kv, layout, keys, tokens)
+
+
+    def _prefill_distinct(self, contexts: list[list[int]]) -> tuple[_Cache, list[int], int] | None:
+        """When rows of a batch repeat a context: the KV cache of each distinct context but its last token
+        (left-padded, positions counted from each row's first token as `generate` counts them), which row
+        holds which, and how many tokens that computed. None when every context is distinct or one is a
+        single token (nothing to share)."""
+        distinct = list(dict.fromkeys(tuple(c) for c in contexts))
+        if len(distinct) == len(contexts) or min(len(c) for c in distinct) < 2:
+            return None
+        model, device = self.policy.model, self.policy.device
+        ids, mask = pad_batch([list(c[:-1]) for c in distinct], self.policy.tokenizer.pad_token_id, left=True)
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+        out = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
+                    use_cache=True, logits_to_keep=1)  # the cache is what is wanted, not a vocabulary row per position
+        index = {c: i for i, c in enumerate(distinct)}
+        cache = _Cache(getattr(out, CACHE), mask, [None] * len(distinct), [list(c[:-1]) for c in distinct])
+        return cache, [index[tuple(c)] for c in contexts], int(mask.sum())
 
 
 def _extends(context: Sequence[int], known: list[int]) -> bool:
