@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import time
-
 from dataclasses import replace
 
 from rlvr_factory.domains import get_domain
@@ -50,12 +49,12 @@ def main() -> None:
     tokenizer = build_byte_tokenizer()
     rows = []
     for width in args.widths:
-        config = replace(TinyModelConfig(max_positions=768), hidden_size=width, intermediate_size=3 * width)
-        model = build_tiny_model(config, len(tokenizer), tokenizer.pad_token_id, tokenizer.bos_token_id,
+        architecture = replace(TinyModelConfig(max_positions=768), hidden_size=width, intermediate_size=3 * width)
+        model = build_tiny_model(architecture, len(tokenizer), tokenizer.pad_token_id, tokenizer.bos_token_id,
                                  tokenizer.eos_token_id, seed=0)
         policy = Policy(model.eval(), tokenizer)
         size = f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M"
-        encoded = encode_prompts(policy.tokenizer, prompts)
+        encoded = encode_prompts(tokenizer, prompts)
         for k in args.samples:
             requests = [Request(p) for p in encoded for _ in range(k)]
             best, tokens = {False: float("inf"), True: float("inf")}, {}
@@ -68,7 +67,7 @@ def main() -> None:
                     best[share] = min(best[share], time.perf_counter() - start)
                     tokens[share] = [g.token_ids for g in generations]
             rows.append((size, k, len(requests), best[False], best[True], tokens[False] == tokens[True]))
-    mean_prompt = sum(map(len, encode_prompts(tokenizer, prompts))) / len(prompts)
+    mean_prompt = sum(map(len, encode_prompts(tokenizer, prompts))) / len(prompts)  # the same for every width
     print(f"\n{len(prompts)} prompts of {mean_prompt:.0f} tokens on average, {args.max_new_tokens} new tokens, "
           f"batch {args.batch_size}, best of {args.repeats}")
     print("| model | samples a prompt | sequences | own prefill s | shared prefill s | ratio | same tokens |")

@@ -199,7 +199,6 @@ class TransformersEngine:
         tokens = [c + g.token_ids for c, g in zip(contexts, generations)]
         return generations, _Cache(kv, layout, keys, tokens)
 
-
     def _prefill_distinct(self, contexts: list[list[int]]) -> tuple[_Cache, list[int], int] | None:
         """When rows of a batch repeat a context: the KV cache of each distinct context but its last token
         (left-padded, positions counted from each row's first token as `generate` counts them), which row
@@ -209,12 +208,13 @@ class TransformersEngine:
         if len(distinct) == len(contexts) or min(len(c) for c in distinct) < 2:
             return None
         model, device = self.policy.model, self.policy.device
-        ids, mask = pad_batch([list(c[:-1]) for c in distinct], self.policy.tokenizer.pad_token_id, left=True)
+        prefixes = [list(c[:-1]) for c in distinct]
+        ids, mask = pad_batch(prefixes, self.policy.tokenizer.pad_token_id, left=True)
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
         out = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
                     use_cache=True, logits_to_keep=1)  # the cache is what is wanted, not a vocabulary row per position
         index = {c: i for i, c in enumerate(distinct)}
-        cache = _Cache(getattr(out, CACHE), mask, [None] * len(distinct), [list(c[:-1]) for c in distinct])
+        cache = _Cache(getattr(out, CACHE), mask, [None] * len(distinct), prefixes)
         return cache, [index[tuple(c)] for c in contexts], int(mask.sum())
 
 
