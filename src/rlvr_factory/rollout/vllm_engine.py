@@ -51,6 +51,7 @@ class VllmSettings:
     cpu_threads_bind: str | None = None  # CPU build: cores of the worker's OpenMP threads, e.g. "0-1"; null: vLLM's default
     gpu_memory_utilization: float = 0.5  # CUDA build: share of GPU memory vLLM may take (the trainer needs the rest)
     enforce_eager: bool = True  # no CUDA graphs / compilation: fast start-up, the small models here gain nothing
+    per_request_seed: bool = True  # each request samples from its own seeded generator (its tokens do not depend on its batch); false: one engine-wide generator (vLLM draws for seeded requests one by one; docs/engines.md)
 
 
 class EngineStartError(RuntimeError):
@@ -183,7 +184,12 @@ class VllmEngine:
         return 0.0 if self.loaded == (id(policy.model), policy.version) else self.push_weights(policy)
 
     def generate(self, requests: Sequence[Request], config: SamplingConfig) -> tuple[list[Generation], EngineStats]:
-        """Sample one turn for every request; request i draws with seed (config.seed, i)."""
+        """Sample one turn for every request; request i draws with seed (config.seed, i).
+
+        Without `per_request_seed` the requests draw from the engine's one generator (seeded once at
+        start-up): a run is still reproducible where it sends the same batches in the same order,
+        but a request's tokens then depend on what else was sampled before and beside it.
+        """
         from vllm import SamplingParams, TokensPrompt
 
         start = time.perf_counter()
@@ -192,7 +198,7 @@ class VllmEngine:
             SamplingParams(
                 n=1, temperature=0.0 if greedy else config.temperature, top_p=1.0 if greedy else config.top_p,
                 max_tokens=config.max_new_tokens, stop_token_ids=[self.eos], logprobs=0, detokenize=False,
-                seed=(config.seed * 1_000_003 + i) % SEED_SPACE,
+                seed=(config.seed * 1_000_003 + i) % SEED_SPACE if self.settings.per_request_seed else None,
             )
             for i in range(len(requests))
         ]
