@@ -15,8 +15,8 @@ tokens sampled per second, the median weight-sync seconds (vLLM) and the ratio v
 transformers in tokens/s, over `--rounds` timed rounds after `--warmup` untimed ones; vLLM is
 measured twice, as the engine samples by default (every request with its own seeded generator,
 so its tokens do not depend on its batch) and with `per_request_seed: false` (one generator for
-the engine, which GPUs sample faster). Start-up
-(vLLM's engine, once per run) is reported apart.
+the engine; vLLM draws for seeded requests one kernel each). Start-up (vLLM's engine, once per
+run) is reported apart.
 
 On a GPU (`--device auto` picks one when there is one) both engines run in bfloat16 (`--dtype
 auto`), the transformers engine on the policy's device and vLLM's CUDA build beside it;

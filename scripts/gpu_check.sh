@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA checks of the vLLM engine (docs/engines.md, "On a GPU"), in one run of a few minutes:
-# the engine tests, then benchmarks/engines.py eager, with CUDA graphs, and with the engine core in
-# its own process. Needs a GPU and CUDA vLLM in this Python (`pip install -e .[vllm]`).
+# the engine tests, then benchmarks/engines.py eager, with CUDA graphs, with the engine core in its
+# own process, and with 256-token completions at ~95M. Needs a GPU and CUDA vLLM in this Python (`pip install -e .[vllm]`).
 # Usage: bash scripts/gpu_check.sh [LOG_DIR]   (logs and tables land in LOG_DIR, default gpu_check/)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +16,8 @@ step "engine tests"
 RLVR_REQUIRE_VLLM=1 timeout 180 python3 -m pytest -q -p no:cacheprovider -rA --tb=short tests/rollout/test_vllm_engine.py \
   >"$logs/tests.txt" 2>&1
 grep -E "^(PASSED|FAILED|ERROR|E  )|passed|failed" "$logs/tests.txt"
-for variant in "eager:" "graphs:--no-enforce-eager" "multiprocessing:--no-enforce-eager --multiprocessing"; do
+for variant in "eager:" "graphs:--no-enforce-eager" "multiprocessing:--no-enforce-eager --multiprocessing" \
+               "long:--sizes 100m --max-new-tokens 256 --no-enforce-eager --multiprocessing"; do
   name=${variant%%:*}
   step "benchmark, vLLM $name"
   # shellcheck disable=SC2086
