@@ -67,8 +67,9 @@ def tracking_uri(project: Path) -> str:
     return f"sqlite:///{project}/mlruns/mlflow.db"
 
 
-def run_pipeline(project: Path, params: dict, pipeline: str = "rlvr", env: str | None = None) -> None:
-    """`kedro run --pipeline=<pipeline> [--env=<env>]` through a KedroSession, inside `project`."""
+def run_pipeline(project: Path, params: dict, pipeline: str = "rlvr", env: str | None = None, hooks: tuple = ()) -> None:
+    """`kedro run --pipeline=<pipeline> [--env=<env>]` through a KedroSession, inside `project`; `hooks`
+    are registered with the session's hook manager beside the project's."""
     cwd = os.getcwd()
     old_uri = os.environ.get("MLFLOW_TRACKING_URI")
     os.environ["MLFLOW_TRACKING_URI"] = tracking_uri(project)
@@ -76,6 +77,8 @@ def run_pipeline(project: Path, params: dict, pipeline: str = "rlvr", env: str |
     try:
         bootstrap_project(project)
         with KedroSession.create(project_path=project, env=env, runtime_params=params) as session:
+            for hook in hooks:
+                session._hook_manager.register(hook)
             session.run(pipeline_names=[pipeline])
     finally:
         # kedro-mlflow ends its run in the store, but MLflow's fluent API can still hold it

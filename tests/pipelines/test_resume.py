@@ -14,6 +14,7 @@ import shutil
 
 import pytest
 import torch
+from kedro.framework.hooks import hook_impl
 from transformers import AutoModelForCausalLM
 
 from tests.pipelines.conftest import TINY_PARAMS, make_project, run_pipeline
@@ -57,3 +58,26 @@ def test_a_killed_run_resumes_to_the_result_of_an_uninterrupted_one(before_rl, t
     assert final[0].keys() == final[1].keys() and all(torch.equal(final[0][k], final[1][k]) for k in final[0])
 
 
+
+
+class SaveOrder:
+    """The datasets a run saves, in the order it saves them."""
+
+    def __init__(self) -> None:
+        self.saved: list[str] = []
+
+    @hook_impl
+    def after_dataset_saved(self, dataset_name: str, data, node) -> None:
+        self.saved.append(dataset_name)
+
+
+def test_a_rounds_stats_are_saved_before_its_checkpoint(before_rl, tmp_path):
+    """A run killed the moment a checkpoint is on disk still has that round's stats, which the run
+    resumed after the checkpoint reads (a kill between the two made the resume fail)."""
+    params = copy.deepcopy(TINY_PARAMS)
+    params["rl"].update({"rounds": 3, "checkpoint_every": 1})
+    project = shutil.copytree(before_rl, tmp_path / "project")
+    order = SaveOrder()
+    run_pipeline(project, params, pipeline="rl", hooks=(order,))
+    for k in (0, 1):  # round 2 is the last: it writes the final policy
+        assert order.saved.index(f"round_{k:03d}.stats") < order.saved.index(f"round_{k:03d}.checkpoint"), order.saved

@@ -35,6 +35,18 @@ def _for_round(func, round_index: int):
     return update_wrapper(partial(func, round_index=round_index), func)
 
 
+def _policy_last(func):
+    """`func` returning (policy, stats, metrics), as (stats, metrics, policy).
+
+    Kedro saves a node's outputs one after the other in their order; the round's stats and metrics go
+    first, so a run killed right after a checkpoint is written still has that round's stats on disk
+    (a resumed run starting after the checkpoint reads them)."""
+    def run(*args, **kwargs):
+        policy, *rest = func(*args, **kwargs)
+        return (*rest, policy)
+    return update_wrapper(run, func)
+
+
 def _after(func, count: int = 1):
     """`func`, taking `count` more inputs, last, that it ignores: the node waits for them (ordering edges)."""
     def run(*args, **kwargs):
@@ -128,11 +140,11 @@ def round_pipeline(round_index: int, with_reference: bool, plan: RoundPlan = Rou
                  "domain_levels", name="track_levels"),
             *ahead,
             Node(
-                _after(update_wrapper(partial(update, round_index=round_index, validate=not deferred), update),
-                       len(waits)),
+                _policy_last(_after(update_wrapper(partial(update, round_index=round_index, validate=not deferred),
+                                                   update), len(waits))),
                 ["policy", "scored", "validation_tasks", "rollout_stats", "verify_stats", "pass_rates", "domain_levels",
                  "params:domain", "params:verify", "params:rl", "params:evaluate", "params:rollout", *reference, *waits],
-                ["next_policy", "unvalidated"] if deferred else ["next_policy", "stats", "mlflow_metrics"],
+                ["unvalidated", "next_policy"] if deferred else ["stats", "mlflow_metrics", "next_policy"],
                 name="update",
             ),
             *finish,
