@@ -52,6 +52,7 @@ class Verdict:
     turns: int
     tool_calls: float
     breakdown: dict = field(default_factory=dict)  # the verdict's reward breakdown
+    info: dict = field(default_factory=dict)  # the episode's environment counters, summed over its steps
 
 
 def sample_verdicts(
@@ -65,7 +66,8 @@ def sample_verdicts(
     verdicts: list[list[Verdict]] = [[] for _ in tasks]
     for e, score in zip(episodes, scores):
         verdicts[e.task_index].append(
-            Verdict(_answer(e), score.correct, len(e.turns), e.info.get("tool_calls", 0.0), dict(score.breakdown))
+            Verdict(_answer(e), score.correct, len(e.turns), e.info.get("tool_calls", 0.0), dict(score.breakdown),
+                    dict(e.info))
         )
     return verdicts
 

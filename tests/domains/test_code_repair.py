@@ -1,5 +1,6 @@
 """The code-repair domain: procedural mutants of correct programs, SWE-style JSONL rows validated in curate."""
 
+import ast
 import json
 import random
 
@@ -8,7 +9,9 @@ import pytest
 from rlvr_factory.domains import get_domain
 from rlvr_factory.domains.code_repair import CodeRepairDomain, program_tests
 from rlvr_factory.domains.code_repair_edits import apply_edits, parse_edits
-from rlvr_factory.domains.code_repair_mutants import KINDS, canonical, mutate, repair_patch, sites, wrong_fix
+from rlvr_factory.domains.code_repair_mutants import (
+    KINDS, canonical, mutate, rename_identifiers, repair_patch, sites, wrong_fix,
+)
 from rlvr_factory.domains.curation import validate
 from rlvr_factory.domains.code_tasks import BUILTIN_TASKS
 
@@ -106,6 +109,48 @@ def test_programs_whose_prompt_is_too_long_for_the_context_are_left_out(domain):
         fixed = apply_edits(task.reference["files"], parse_edits(task.reference["reference_patch"]), ["solution.py"])
         assert len(task.prompt) - len(broken) + len(fixed["solution.py"]) <= 250  # the correct program's prompt
     assert {t.task_id for t in kept} <= {t.task_id for t in domain.generate_tasks()}
+
+
+RENAMABLE = ("import math\n\n\ndef digits(n, base=10):\n    count = 0\n    while n >= base:\n        n = n // base\n"
+             "        count += 1\n    key = sorted([3, 1], key=abs)\n"
+             "    return count + 1 + 0 * math.floor(len([d for d in range(3)])) + 0 * len(key)\n")
+
+
+def test_renaming_replaces_every_local_name_consistently_and_keeps_the_program_working():
+    tests = ["assert digits(123) == 3", "assert digits(n=255, base=16) == 2"]
+    renamed, renamed_tests = rename_identifiers(RENAMABLE, tests, random.Random(3))
+    names = {node.id if isinstance(node, ast.Name) else node.arg for node in ast.walk(ast.parse(renamed))
+             if isinstance(node, (ast.Name, ast.arg))}
+    assert not {"n", "base", "count", "d", "key"} & names  # arguments, assigned and comprehension variables
+    assert "def digits(" in renamed and "math.floor" in renamed and "range(3)" in renamed  # public, imports, builtins
+    assert "key=abs" in renamed  # a builtin's keyword keeps its name, even where a local is called `key`
+    assert renamed_tests[0] == tests[0] and "n=" not in renamed_tests[1] and "base=" not in renamed_tests[1]
+    namespace = {}
+    exec(renamed, namespace)
+    for test in renamed_tests:
+        exec(test, namespace)  # the renamed tests pass on the renamed program, keyword arguments included
+    assert rename_identifiers(RENAMABLE, tests, random.Random(3)) == (renamed, renamed_tests)
+    assert rename_identifiers(RENAMABLE, tests, random.Random(4))[0] != renamed
+    with pytest.raises(ValueError, match="cannot rename"):
+        rename_identifiers("def f(:\n", [], random.Random(0))
+
+
+def test_renamed_copies_are_train_tasks_of_their_program_with_bugs_that_fail_and_repairs_that_pass():
+    plain = CodeRepairDomain(max_programs=8, mutants_per_program=2, seed=0).generate_tasks()
+    augmented = CodeRepairDomain(max_programs=8, mutants_per_program=2, seed=0, renamings=2)
+    tasks = augmented.generate_tasks()
+    renamed = [t for t in tasks if t.task_id not in {p.task_id for p in plain}]
+    assert [t.to_row() for t in tasks if t.task_id in {p.task_id for p in plain}] == [p.to_row() for p in plain]
+    train_programs = {t.reference["program"] for t in plain if t.split == "train"}
+    assert renamed and {t.split for t in renamed} == {"train"}
+    assert {t.reference["program"] for t in renamed} == train_programs  # never a held-out program
+    assert len({t.prompt for t in renamed} | {t.prompt for t in plain}) == len(renamed) + len(plain)
+    for t in renamed:
+        workspace = domain_workspace(t)
+        assert not augmented.runner.run(workspace, workspace.files, workspace.held_out_tests).all_passed
+        assert augmented.score(t.reference["reference_patch"], t.reference).correct
+    with pytest.raises(ValueError, match="renamings"):
+        CodeRepairDomain(renamings=-1)
 
 
 def swe_row(**changes):

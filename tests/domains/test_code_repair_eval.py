@@ -5,9 +5,9 @@ import pytest
 from rlvr_factory.domains.base import Task
 from rlvr_factory.domains.code_repair import CodeRepairDomain, repair_prompt
 from rlvr_factory.domains.code_repair_edits import Block
-from rlvr_factory.domains.code_repair_eval import repair_report
+from rlvr_factory.domains.code_repair_eval import repair_rates, repair_report
 from rlvr_factory.domains.code_repair_workspace import Workspace
-from rlvr_factory.evaluation import evaluate_policy
+from rlvr_factory.evaluation import Verdict, evaluate_policy
 from rlvr_factory.rollout.agent_loop import RolloutConfig
 from rlvr_factory.rollout.engine import SamplingConfig
 from rlvr_factory.training.lm import seed_everything
@@ -52,6 +52,15 @@ def test_repair_rates_by_turns_kind_and_difficulty(policy):
     assert report["repair@1turn/kind_operator_swap"] == 1.0 and report["repair@1turn/kind_wrong_constant"] == 0.0
     assert report["repair@2turns/difficulty_2"] == 0.0 and report["num_tasks/difficulty_1"] == 1.0
     assert 0.0 <= report["pass@1"] <= report["pass@2"] <= 1.0
+    assert report["edit_error@1turn"] == 0.0  # the fix applies and DONE is no edit
+
+
+def test_the_share_of_first_edits_that_did_not_apply_is_counted_per_group():
+    first = [Verdict("x", False, 1, 0.0, {}, {"edit_errors": 1.0, "test_runs": 0.0}),
+             Verdict("y", True, 1, 0.0, {}, {"test_runs": 1.0})]
+    report = repair_rates(TASKS, 2, first, first, [[v] for v in first], 1)
+    assert report["edit_error@1turn"] == 0.5 and report["repair@1turn"] == 0.5
+    assert report["edit_error@1turn/kind_operator_swap"] == 1.0 and report["edit_error@1turn/difficulty_2"] == 0.0
 
 
 def test_the_held_out_evaluation_of_a_repair_run_carries_the_repair_rates_of_its_own_episodes(policy):

@@ -7,7 +7,9 @@ workspace reference, see `code_repair_workspace.py`). A mutant is kept only when
 one of its program's held-out tests (run in the sandbox), so leaving it unrepaired never earns a reward; its tests are split into visible (shown, run
 after each edit) and held-out (the reward); its difficulty is the number of mutations plus the
 number of files beyond one. Splits are drawn by program, so no held-out task shares its program
-with a train task. The environment is `code_repair_env.CodeRepairEnvironment`.
+with a train task. `renamings` adds copies of each train program with its local names replaced by
+random ones (`code_repair_mutants.rename_identifiers`), planted with bugs the same way: train tasks whose
+lines cannot be memorised. The environment is `code_repair_env.CodeRepairEnvironment`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from rlvr_factory.domains.base import Task
 from rlvr_factory.domains.code import cycled, read_rows
 from rlvr_factory.domains.code_repair_edits import Block, apply_edits, parse_edits
 from rlvr_factory.domains.code_repair_env import CodeRepairEnvironment, environment_settings
-from rlvr_factory.domains.code_repair_mutants import KINDS, canonical, mutate, repair_patch, sites, wrong_fix
+from rlvr_factory.domains.code_repair_mutants import (
+    KINDS, canonical, mutate, rename_identifiers, repair_patch, sites, wrong_fix,
+)
 from rlvr_factory.domains.code_repair_workspace import Workspace, WorkspaceRunner
 from rlvr_factory.domains.loaders import read_records
 from rlvr_factory.verifiers.score import Score
@@ -112,6 +116,7 @@ class CodeRepairDomain:
         max_tests: int = 6,
         max_prompt_chars: int | None = None,
         max_turns: int = 3,
+        renamings: int = 0,
         environment: Mapping[str, Any] | None = None,
         verifier: Mapping[str, Any] | None = None,
     ) -> None:
@@ -133,6 +138,9 @@ class CodeRepairDomain:
         self.max_tests = max_tests  # tests per program kept (visible: the first half)
         self.max_prompt_chars = max_prompt_chars  # programs whose prompt is longer are left out (null: none)
         self.max_turns = max_turns  # actions per episode in the environment
+        if renamings < 0:
+            raise ValueError(f"renamings must be >= 0, got {renamings}")
+        self.renamings = renamings  # renamed copies of each train program, planted with bugs like it (train only)
         self.environment_settings = environment_settings(environment)
         self.runner = WorkspaceRunner(verifier)
         self.verifier = CodeRepairVerifier(self.runner)
@@ -191,10 +199,28 @@ class CodeRepairDomain:
         for index, (program_id, (program, tests, imports)) in enumerate(programs):
             tasks += self._program_mutants(source, program_id, program, tests[: self.max_tests], imports,
                                            split_of[index], random.Random(f"{self.seed}:{source}:{program_id}"))
+            if split_of[index] == "train":
+                tasks += self._renamed_mutants(source, program_id, program, tests[: self.max_tests], imports)
+        return tasks
+
+    def _renamed_mutants(self, source: str, program_id: str, program: str, tests: list[str],
+                         imports: list[str]) -> list[Task]:
+        """The mutants of `renamings` copies of a train program whose identifiers are replaced by random ones
+        (`rename_identifiers`, its tests renamed with it): the same kinds of bug in text the model cannot have
+        memorised, so that repairing them takes copying the lines it edits from the prompt."""
+        tasks = []
+        for copy_index in range(self.renamings):
+            rng = random.Random(f"{self.seed}:{source}:{program_id}:renamed{copy_index}")
+            try:
+                renamed, renamed_tests = rename_identifiers(canonical(program), tests, rng)
+            except (SyntaxError, ValueError):
+                return []
+            tasks += self._program_mutants(source, f"{program_id}-r{copy_index}", renamed, renamed_tests, imports,
+                                           "train", rng, origin=f"{source}/{program_id}")
         return tasks
 
     def _program_mutants(self, source: str, program_id: str, program: str, tests: list[str], imports: list[str],
-                         split: str, rng: random.Random) -> list[Task]:
+                         split: str, rng: random.Random, origin: str | None = None) -> list[Task]:
         if len(tests) < 2:
             return []
         try:
@@ -223,7 +249,7 @@ class CodeRepairDomain:
                 workspace = Workspace({MODULE: broken}, (MODULE,), base.visible_tests, base.held_out_tests,
                                       base.test_imports, repair_patch(MODULE, broken, correct))
                 reference = {**workspace.as_reference(), "kinds": sorted(s.kind for s in picked),
-                             "program": f"{source}/{program_id}"}
+                             "program": origin or f"{source}/{program_id}"}
                 task_id = f"{self.name}-{source}-{program_id.replace('/', '_')}-m{count}-{kept}"
                 tasks.append(Task(task_id, self.name, repair_prompt(workspace), reference, count, split,
                                   f"mutant:{source}:seed={self.seed}"))

@@ -47,11 +47,14 @@ def repair_rates(tasks: Sequence[Task], max_turns: int, first: Sequence[Verdict]
                  sampled: Sequence[Sequence[Verdict]], k: int) -> dict[str, float]:
     """`repair@1turn` (the `first` verdicts), `repair@<max_turns>turns` (`full`: greedy episodes of up to
     `max_turns` edits), `pass@1` and `pass@k` (`sampled`: k episodes per task), each overall and as
-    `<metric>/<group>` (groups: `difficulty_<d>`, `kind_<mutation kind>`)."""
+    `<metric>/<group>` (groups: `difficulty_<d>`, `kind_<mutation kind>`). `edit_error@1turn` is the share of
+    first edits that did not apply (a SEARCH text not found or ambiguous, a malformed block, a refused path):
+    what a policy that cannot yet copy the lines it edits fails on, before the bug is even in question."""
     report: dict[str, float] = {}
     for name, idx in sorted(_groups(tasks).items()):
         suffix = "" if name == "overall" else f"/{name}"
         report[f"repair@1turn{suffix}"] = sum(first[i].correct for i in idx) / len(idx)
+        report[f"edit_error@1turn{suffix}"] = sum(first[i].info.get("edit_errors", 0.0) > 0 for i in idx) / len(idx)
         report[f"repair@{max_turns}turns{suffix}"] = sum(full[i].correct for i in idx) / len(idx)
         for kk in (1, k):
             report[f"pass@{kk}{suffix}"] = sum(pass_at_k(k, sum(v.correct for v in sampled[i]), kk)

@@ -13,8 +13,10 @@ repair that is wrong (the first edit of a demonstration that reads the tests' fe
 from __future__ import annotations
 
 import ast
+import builtins
 import copy
 import difflib
+import keyword
 import random
 from dataclasses import dataclass
 from typing import Sequence
@@ -186,3 +188,79 @@ def wrong_fix(broken: str, fixed: str, rng: random.Random) -> str:
         if other not in (broken, fixed) and all(i in bug_lines for _, i1, i2, _, _ in changed for i in range(i1, i2)):
             options.append(other)
     return rng.choice(options) if options else broken
+
+
+_KEEP = frozenset(dir(builtins)) | frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | {"self", "cls"}
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _fresh_name(rng: random.Random, taken: set[str]) -> str:
+    """A new identifier: one to three lowercase chunks of 1-5 letters joined by `_`, not a keyword, builtin or
+    name in `taken`."""
+    while True:
+        name = "_".join("".join(rng.choice(_LETTERS) for _ in range(rng.randint(1, 5)))
+                        for _ in range(rng.choice((1, 1, 2, 3))))
+        if name not in taken and name not in _KEEP and name.isidentifier():
+            taken.add(name)
+            return name
+
+
+class _Renamer(ast.NodeTransformer):
+    def __init__(self, names: dict[str, str], functions: set[str]) -> None:
+        self.names, self.functions = names, functions  # old -> new; the program's own functions (old names)
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        node.id = self.names.get(node.id, node.id)
+        return node
+
+    def visit_arg(self, node: ast.arg) -> ast.arg:
+        node.arg = self.names.get(node.arg, node.arg)
+        return self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> ast.Call:
+        if isinstance(node.func, ast.Name) and node.func.id in self.functions:  # `f(n=1)`, not `sorted(key=...)`
+            for kw in node.keywords:
+                if kw.arg is not None:
+                    kw.arg = self.names.get(kw.arg, kw.arg)
+        return self.generic_visit(node)
+
+    def _renamed_def(self, node: ast.AST) -> ast.AST:
+        node.name = self.names.get(node.name, node.name)
+        return self.generic_visit(node)
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _renamed_def
+
+
+def rename_identifiers(program: str, tests: Sequence[str], rng: random.Random) -> tuple[str, list[str]]:
+    """The program and its tests with every name the program binds inside its functions and classes (arguments,
+    assigned and loop variables, nested functions) replaced by a fresh random identifier drawn with `rng`,
+    consistently in both; the top-level functions and classes keep their names (what the tests call and what
+    says what the code is for), as do imported modules, attributes, builtins and keywords. The program is
+    rendered by `ast.unparse` (`canonical` form); a call of one of the program's functions with a keyword
+    argument (in the program or a test) names the renamed argument, a call of anything else keeps its keywords.
+    ValueError when the program or a test does not parse."""
+    try:
+        tree = ast.parse(program)
+        test_trees = [ast.parse(t) for t in tests]
+    except SyntaxError as e:
+        raise ValueError(f"cannot rename identifiers: {e}") from e
+    imported = {(alias.asname or alias.name).split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+    bound: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.append(node.name)
+        elif isinstance(node, ast.arg):
+            bound.append(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.append(node.id)
+    attributes = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    public = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    order = [n for n in dict.fromkeys(bound) if n not in _KEEP | imported | attributes | public]
+    taken = set(order) | imported | attributes | {n.id for t in [tree, *test_trees] for n in ast.walk(t)
+                                                  if isinstance(n, ast.Name)}
+    names = {old: _fresh_name(rng, taken) for old in order}
+    functions = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    renamer = _Renamer(names, functions)
+    renamed = ast.unparse(ast.fix_missing_locations(renamer.visit(tree))) + "\n"
+    return renamed, [ast.unparse(ast.fix_missing_locations(renamer.visit(t))) for t in test_trees]
