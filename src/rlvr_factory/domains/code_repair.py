@@ -209,11 +209,15 @@ class CodeRepairDomain:
         (`rename_identifiers`, its tests renamed with it): the same kinds of bug in text the model cannot have
         memorised, so that repairing them takes copying the lines it edits from the prompt."""
         tasks = []
+        try:
+            correct = canonical(program)
+        except (SyntaxError, ValueError):
+            return []
         for copy_index in range(self.renamings):
             rng = random.Random(f"{self.seed}:{source}:{program_id}:renamed{copy_index}")
             try:
-                renamed, renamed_tests = rename_identifiers(canonical(program), tests, rng)
-            except (SyntaxError, ValueError):
+                renamed, renamed_tests = rename_identifiers(correct, tests, rng)
+            except ValueError:  # a test that does not parse (the same for every copy)
                 return []
             tasks += self._program_mutants(source, f"{program_id}-r{copy_index}", renamed, renamed_tests, imports,
                                            "train", rng, origin=f"{source}/{program_id}")
