@@ -21,7 +21,7 @@ from rlvr_factory.distributed import DistributedConfig
 from rlvr_factory.domains.registry import domain_factory
 from rlvr_factory.models.lora import LoraSettings
 from rlvr_factory.models.policy import DTYPES
-from rlvr_factory.models.tiny import TinyModelConfig
+from rlvr_factory.models.tiny import CopyWarmupConfig, TinyModelConfig
 from rlvr_factory.preferences.synthetic import SyntheticPairs
 from rlvr_factory.rollout.agent_loop import RolloutConfig
 from rlvr_factory.rollout.dynamic import DynamicSampling
@@ -48,6 +48,7 @@ class EmbeddedModelConfig:
     corpus_size: PositiveInt = 30000  # texts in the pre-training corpus (the domain's pretraining_corpus)
     architecture: TinyModelConfig = field(default_factory=TinyModelConfig)  # the tiny Llama's shape
     pretrain: SFTConfig = field(default_factory=SFTConfig)  # the pre-training loop (next-token loss on the corpus)
+    copy_warmup: CopyWarmupConfig = field(default_factory=CopyWarmupConfig)  # synthetic copying before the corpus (steps 0: none)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from rlvr_factory.domains import get_domain
-from rlvr_factory.models.tiny import TinyModelConfig, build_or_load_base_model
+from rlvr_factory.models.tiny import CopyWarmupConfig, TinyModelConfig, build_or_load_base_model
 from rlvr_factory.training.sft import SFTConfig
 
 EMBEDDED = "embedded"
@@ -24,6 +24,6 @@ def prepare_base_model(model: dict, domain: dict, validation_tasks: pd.DataFrame
     corpus = get_domain(domain).pretraining_corpus(embedded["corpus_size"], embedded["seed"], held_out)
     path = build_or_load_base_model(
         embedded["cache_dir"], TinyModelConfig(**embedded["architecture"]), corpus,
-        SFTConfig(**embedded["pretrain"]), embedded["seed"],
+        SFTConfig(**embedded["pretrain"]), embedded["seed"], CopyWarmupConfig(**(embedded.get("copy_warmup") or {})),
     )
     return {"name_or_path": str(path), "source": EMBEDDED}
