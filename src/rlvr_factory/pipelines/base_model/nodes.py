@@ -24,6 +24,6 @@ def prepare_base_model(model: dict, domain: dict, validation_tasks: pd.DataFrame
     corpus = get_domain(domain).pretraining_corpus(embedded["corpus_size"], embedded["seed"], held_out)
     path = build_or_load_base_model(
         embedded["cache_dir"], TinyModelConfig(**embedded["architecture"]), corpus,
-        SFTConfig(**embedded["pretrain"]), embedded["seed"], CopyWarmupConfig(**(embedded.get("copy_warmup") or {})),
+        SFTConfig(**embedded["pretrain"]), embedded["seed"], CopyWarmupConfig(**embedded["copy_warmup"]),
     )
     return {"name_or_path": str(path), "source": EMBEDDED}
