@@ -7,8 +7,9 @@ import random
 import pytest
 
 from rlvr_factory.domains import get_domain
-from rlvr_factory.domains.code_repair import CodeRepairDomain, program_tests
-from rlvr_factory.domains.code_repair_edits import apply_edits, parse_edits
+from rlvr_factory.domains.code import read_rows
+from rlvr_factory.domains.code_repair import PROGRAM_SOURCES, CodeRepairDomain, program_tests
+from rlvr_factory.domains.code_repair_edits import Block, apply_edits, parse_edits
 from rlvr_factory.domains.code_repair_mutants import (
     KINDS, canonical, mutate, rename_identifiers, repair_patch, sites, wrong_fix,
 )
@@ -48,6 +49,44 @@ def test_the_repair_patch_undoes_the_mutations():
         broken = mutate(PRIME, [site.index])
         patch = repair_patch("solution.py", broken, correct)
         assert apply_edits({"solution.py": broken}, parse_edits(patch), ["solution.py"])["solution.py"] == correct
+
+
+def test_the_shortest_repair_patch_is_the_fewest_whole_tokens_that_occur_once():
+    broken = "def f(a, b):\n    c = a - b\n    return c - 1\n"
+    fixed = "def f(a, b):\n    c = a + b\n    return c - 1\n"
+    assert parse_edits(repair_patch("solution.py", broken, fixed)) == [Block("solution.py", "a -", "a +")]
+    assert parse_edits(repair_patch("solution.py", broken, fixed, "lines")) == [
+        Block("solution.py", "    c = a - b", "    c = a + b")]
+    # a one-character change inside a token takes the whole token; an inserted `=` takes the operator before it
+    assert parse_edits(repair_patch("s.py", "x = 10\n", "x = 11\n")) == [Block("s.py", "10", "11")]
+    assert parse_edits(repair_patch("s.py", "if i < n:\n    pass\n", "if i <= n:\n    pass\n")) == [
+        Block("s.py", "<", "<=")]
+    # no part of the line unique: whole lines around it, widened until they are
+    twice = "x = 1\nx = 1\ny = 2\n"
+    patch = repair_patch("s.py", twice, "x = 1\nx = 3\ny = 2\n")
+    assert apply_edits({"s.py": twice}, parse_edits(patch), ["s.py"])["s.py"] == "x = 1\nx = 3\ny = 2\n"
+    with pytest.raises(ValueError, match="patch search"):
+        repair_patch("s.py", broken, fixed, "tokens")
+
+
+@pytest.mark.parametrize("search", ["shortest", "lines"])
+def test_every_mutant_s_reference_patch_repairs_it_and_shortest_copies_less(search):
+    rows = read_rows(PROGRAM_SOURCES["builtin"])
+    shorter = 0
+    for row in rows[:20]:
+        program, _, _ = program_tests(row)
+        correct = canonical(program)
+        for site in sites(correct):
+            broken = mutate(correct, [site.index])
+            if broken == correct:
+                continue
+            patch = repair_patch("solution.py", broken, correct, search)
+            assert apply_edits({"solution.py": broken}, parse_edits(patch), ["solution.py"])["solution.py"] == correct
+            lines = sum(len(b.search) for b in parse_edits(repair_patch("solution.py", broken, correct, "lines")))
+            copied = sum(len(b.search) for b in parse_edits(patch))
+            assert copied <= lines
+            shorter += copied < lines
+    assert (shorter > 0) == (search == "shortest")
 
 
 def test_a_wrong_fix_changes_the_bugs_line_into_neither_the_bug_nor_its_repair():

@@ -18,6 +18,19 @@ def test_a_block_round_trips_and_applies():
     assert apply_edits(FILES, blocks, EDITABLE)["solution.py"] == "def add(a, b):\n    return a + b\n"
 
 
+def test_a_search_may_be_part_of_a_line_and_the_last_newline_is_the_format_s():
+    assert parse_edits(block(search="-", replace="+")) == [Block("solution.py", "-", "+")]
+    assert apply_edits(FILES, parse_edits(block(search="-", replace="+")), EDITABLE)["solution.py"] == (
+        "def add(a, b):\n    return a + b\n")
+    # a SEARCH that ends with a newline is written with an empty line after it; an empty REPLACE deletes
+    for search, replace in (("    return a - b\n", ""), ("a - b", ""), ("b):\n", "b, c):\n")):
+        assert parse_edits(block(search=search, replace=replace)) == [Block("solution.py", search, replace)]
+    deleted = apply_edits(FILES, parse_edits(block(search="    return a - b\n", replace="")), EDITABLE)
+    assert deleted["solution.py"] == "def add(a, b):\n"
+    with pytest.raises(EditError, match="found 3 times"):  # `a` is in `add`, the signature and the body
+        apply_edits(FILES, parse_edits(block(search="a", replace="x")), EDITABLE)
+
+
 def test_done_has_no_blocks():
     assert parse_edits(f"  {DONE}\n") == []
 

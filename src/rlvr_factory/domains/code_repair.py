@@ -25,7 +25,7 @@ from rlvr_factory.domains.code import cycled, read_rows
 from rlvr_factory.domains.code_repair_edits import Block, apply_edits, parse_edits
 from rlvr_factory.domains.code_repair_env import CodeRepairEnvironment, environment_settings
 from rlvr_factory.domains.code_repair_mutants import (
-    KINDS, canonical, mutate, rename_identifiers, repair_patch, sites, wrong_fix,
+    KINDS, PATCH_SEARCH, canonical, mutate, rename_identifiers, repair_patch, sites, wrong_fix,
 )
 from rlvr_factory.domains.code_repair_workspace import Workspace, WorkspaceRunner
 from rlvr_factory.domains.loaders import read_records
@@ -117,6 +117,7 @@ class CodeRepairDomain:
         max_prompt_chars: int | None = None,
         max_turns: int = 3,
         renamings: int = 0,
+        patch_search: str = "shortest",
         environment: Mapping[str, Any] | None = None,
         verifier: Mapping[str, Any] | None = None,
     ) -> None:
@@ -141,6 +142,9 @@ class CodeRepairDomain:
         if renamings < 0:
             raise ValueError(f"renamings must be >= 0, got {renamings}")
         self.renamings = renamings  # renamed copies of each train program, planted with bugs like it (train only)
+        if patch_search not in PATCH_SEARCH:
+            raise ValueError(f"patch_search must be one of {list(PATCH_SEARCH)}, got {patch_search!r}")
+        self.patch_search = patch_search  # reference patches' SEARCH: shortest unique tokens, or whole lines
         self.environment_settings = environment_settings(environment)
         self.runner = WorkspaceRunner(verifier)
         self.verifier = CodeRepairVerifier(self.runner)
@@ -251,7 +255,7 @@ class CodeRepairDomain:
                     continue
                 seen.add(broken)
                 workspace = Workspace({MODULE: broken}, (MODULE,), base.visible_tests, base.held_out_tests,
-                                      base.test_imports, repair_patch(MODULE, broken, correct))
+                                      base.test_imports, repair_patch(MODULE, broken, correct, self.patch_search))
                 reference = {**workspace.as_reference(), "kinds": sorted(s.kind for s in picked),
                              "program": origin or f"{source}/{program_id}"}
                 task_id = f"{self.name}-{source}-{program_id.replace('/', '_')}-m{count}-{kept}"
@@ -286,14 +290,14 @@ class CodeRepairDomain:
         broken = workspace.files[path]
         fixed = apply_edits(workspace.files, blocks, workspace.editable)[path]
         decoy = wrong_fix(broken, fixed, random.Random(f"{self.seed}:{task.task_id}"))
-        first = (repair_patch(path, broken, decoy) if decoy != broken
+        first = (repair_patch(path, broken, decoy, self.patch_search) if decoy != broken
                  else "".join(Block(b.path, b.search, b.search).render() for b in blocks))
         env = self.environment()
         env.reset(task)
         step = env.step(first)
         if step.done:  # one edit allowed, or the wrong fix passes the visible tests
             return [workspace.reference_patch]
-        return [first, step.observation, repair_patch(path, decoy, fixed)]
+        return [first, step.observation, repair_patch(path, decoy, fixed, self.patch_search)]
 
     def score(self, completion: str, reference: dict[str, Any]) -> Score:
         """A one-shot repair judged by the held-out tests."""

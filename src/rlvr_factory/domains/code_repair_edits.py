@@ -9,12 +9,15 @@ An action is one or more blocks, nothing else but blank lines between them:
         return a + b
     >>>>>>> REPLACE
 
-The first line names an editable file of the workspace (a relative path); the SEARCH text must
-occur exactly once in that file as it stands after the blocks before it, and is replaced by the
-REPLACE text. An action that is exactly `DONE` ends the episode. Anything else (text outside
-blocks, an unclosed block, a path outside the editable files, a search that matches nowhere or
-more than once, binary content, an action or file over its size limit) is an `EditError` whose
-message the model reads; then no block of the action is applied.
+The first line names an editable file of the workspace (a relative path); the SEARCH text (the
+lines between the markers, joined by newlines: no newline after the last one) must occur exactly once
+in that file as it stands after the blocks before it, and is replaced by the REPLACE text. It may be
+part of a line (`a - b` for `a + b`), as in str_replace editing tools: the shortest text that is
+unique is the least to copy. A SEARCH that should end with a newline ends with an empty line.
+An action that is exactly `DONE` ends the episode. Anything else (text outside blocks, an unclosed
+block, a path outside the editable files, a search that matches nowhere or more than once, binary
+content, an action or file over its size limit) is an `EditError` whose message the model reads;
+then no block of the action is applied.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ class Block:
 
     def render(self) -> str:
         """The block in the edit format (what `parse_edits` reads back as this block)."""
-        return f"{self.path}\n{SEARCH}\n{self.search}{DIVIDER}\n{self.replace}{REPLACE}\n"
+        return f"{self.path}\n{SEARCH}\n{self.search}\n{DIVIDER}\n{self.replace}\n{REPLACE}\n"
 
 
 def location_problem(path: str) -> str | None:
@@ -107,10 +110,10 @@ def parse_edits(action: str, max_chars: int = 4000) -> list[Block]:
 
 
 def _section(lines: list[str], start: int, end_marker: str, block: int) -> tuple[str, int]:
-    """The text from line `start` up to the line `end_marker` (each line with its newline) and the line after it."""
+    """The lines from line `start` up to the line `end_marker`, joined by newlines, and the line after it."""
     for j in range(start, len(lines)):
         if lines[j] == end_marker:
-            return "".join(line + "\n" for line in lines[start:j]), j + 1
+            return "\n".join(lines[start:j]), j + 1
         if lines[j] in (SEARCH, DIVIDER, REPLACE):
             raise EditError(f"block {block}: {lines[j]!r} where {end_marker!r} was expected (line {j + 1})")
     raise EditError(f"block {block}: not closed; expected a line {end_marker!r}")
@@ -128,9 +131,9 @@ def apply_edits(files: Mapping[str, str], blocks: Sequence[Block], editable: Seq
         if problem is not None:
             raise EditError(f"block {n}: {problem}")
         text = out[block.path]
-        count = _occurrences(text, block.search)
+        count = occurrences(text, block.search)
         if count != 1:
-            where = "not found" if count == 0 else f"found {count} times (add lines around it to make it unique)"
+            where = "not found" if count == 0 else f"found {count} times (add text around it to make it unique)"
             raise EditError(f"block {n}: the SEARCH text is {where} in {block.path}")
         out[block.path] = text.replace(block.search, block.replace, 1)
         if len(out[block.path]) > max_file_chars:
@@ -138,7 +141,7 @@ def apply_edits(files: Mapping[str, str], blocks: Sequence[Block], editable: Seq
     return out
 
 
-def _occurrences(text: str, search: str) -> int:
+def occurrences(text: str, search: str) -> int:
     """How many times `search` starts in `text`, overlapping ones included."""
     count, start = 0, text.find(search)
     while start >= 0:

@@ -18,10 +18,11 @@ import copy
 import difflib
 import keyword
 import random
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from rlvr_factory.domains.code_repair_edits import Block, apply_edits
+from rlvr_factory.domains.code_repair_edits import Block, apply_edits, occurrences
 
 KINDS = ("operator_swap", "off_by_one", "wrong_constant", "swapped_args", "deleted_branch")
 _SWAPS: dict[type, type] = {
@@ -141,39 +142,94 @@ def canonical(source: str) -> str:
     return ast.unparse(ast.parse(source)) + "\n"
 
 
-def repair_patch(path: str, broken: str, fixed: str) -> str:
-    """Search/replace blocks that turn `broken` into `fixed` (one per changed hunk, each search
-    widened by context lines until it occurs once); one block for the whole span when hunks interact."""
+PATCH_SEARCH = ("shortest", "lines")
+_TOKEN = re.compile(r"\w+|\s+|[^\w\s]+")  # identifiers and numbers, runs of blanks, runs of operator characters
+
+
+def repair_patch(path: str, broken: str, fixed: str, search: str = "shortest") -> str:
+    """Search/replace blocks that turn `broken` into `fixed`, one per changed hunk of lines.
+
+    `search="lines"`: each SEARCH is whole lines, widened by a line above and below until it occurs
+    once. `search="shortest"` (the default): a hunk that changes one line into one line gets the fewest
+    whole tokens around the change that occur once in the file (`a - b` -> `a + b`, or only `-` where it
+    is the file's one minus), widened token by token, to whole lines only when no part of the line is
+    unique; other hunks get whole lines. One block for the whole span when hunks interact."""
+    if search not in PATCH_SEARCH:
+        raise ValueError(f"patch search must be one of {list(PATCH_SEARCH)}, got {search!r}")
     old, new = broken.splitlines(keepends=True), fixed.splitlines(keepends=True)
     hunks = [op for op in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes() if op[0] != "equal"]
     if not hunks:
         raise ValueError("the two programs are the same; there is nothing to repair")
-    groups = [[h] for h in hunks]
-    blocks = _blocks(path, old, new, groups, broken)
-    try:
-        if apply_edits({path: broken}, blocks, [path])[path] == fixed:
-            return "".join(b.render() for b in blocks)
-    except ValueError:
-        pass
-    return "".join(b.render() for b in _blocks(path, old, new, [hunks], broken))
+    for blocks in (_blocks(path, old, new, [[h] for h in hunks], broken, search),
+                   _blocks(path, old, new, [hunks], broken, "lines")):
+        try:
+            if apply_edits({path: broken}, blocks, [path])[path] == fixed:
+                return "".join(b.render() for b in blocks)
+        except ValueError:
+            pass
+    return Block(path, broken, fixed).render()  # the whole file (its one occurrence)
 
 
-def _blocks(path: str, old: list[str], new: list[str], groups: list[list[tuple]], text: str) -> list[Block]:
+def _blocks(path: str, old: list[str], new: list[str], groups: list[list[tuple]], text: str,
+            search_kind: str) -> list[Block]:
     blocks = []
     for group in groups:
         i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
+        if search_kind == "shortest" and len(group) == 1 and i2 - i1 == 1 and j2 - j1 == 1:
+            found = _shortest_block(path, old[i1], new[j1], text)
+            if found is not None:
+                blocks.append(found)
+                continue
         before = 0
         while True:  # widen by a line above and below until the search text is unique (or the file is used)
             lo, hi = max(i1 - before, 0), min(i2 + before, len(old))
             search = "".join(old[lo:hi])
-            if (search.strip() and text.count(search) == 1) or (lo == 0 and hi == len(old)):
+            replace = "".join(old[lo:i1]) + "".join(new[j1:j2]) + "".join(old[i2:hi])
+            if search.endswith("\n") and replace.endswith("\n"):  # the format's last line has no newline
+                search, replace = search[:-1], replace[:-1]
+            if (search.strip() and occurrences(text, search) == 1) or (lo == 0 and hi == len(old)):
                 break
             before += 1
-        replace = "".join(old[lo:i1]) + "".join(new[j1:j2]) + "".join(old[i2:hi])
         blocks.append(Block(path, search, replace))
     return blocks
 
 
+def _shortest_block(path: str, old_line: str, new_line: str, text: str) -> Block | None:
+    """The block with the fewest whole tokens of `old_line` around its change that occur once in `text`
+    (a token is added on the left, then on the right, in turn, a blank with the token beyond it); None when
+    even the whole line (without its newline) is not unique."""
+    old_line, new_line = old_line.rstrip("\n"), new_line.rstrip("\n")
+    prefix = 0
+    while prefix < min(len(old_line), len(new_line)) and old_line[prefix] == new_line[prefix]:
+        prefix += 1
+    suffix = 0
+    while (suffix < min(len(old_line), len(new_line)) - prefix
+           and old_line[len(old_line) - 1 - suffix] == new_line[len(new_line) - 1 - suffix]):
+        suffix += 1
+    start, end = prefix, len(old_line) - suffix
+    spans = [m.span() for m in _TOKEN.finditer(old_line)]
+    if not spans:
+        return None
+    lo = next((k for k, (a, b) in enumerate(spans) if a <= start < b), len(spans) - 1)
+    hi = next((k for k, (a, b) in enumerate(spans) if a < end <= b), lo)
+    if end <= start and lo > 0 and spans[lo][0] == start:  # an insertion at a token's start: the token before it
+        lo = hi = lo - 1
+    lo, hi = min(lo, hi), max(lo, hi)
+    left = True
+    while True:
+        a, b = spans[lo][0], spans[hi][1]
+        search = old_line[a:b]
+        if search.strip() and not search[0].isspace() and not search[-1].isspace() and occurrences(text, search) == 1:
+            return Block(path, search, new_line[a:len(new_line) - (len(old_line) - b)])
+        if lo == 0 and hi == len(spans) - 1:
+            return None
+        if (left and lo > 0) or hi == len(spans) - 1:
+            lo -= 1
+            lo -= lo > 0 and old_line[spans[lo][0]].isspace()  # a blank goes with the token beyond it
+        else:
+            hi += 1
+            hi += hi < len(spans) - 1 and old_line[spans[hi][0]].isspace()
+        left = not left
 def wrong_fix(broken: str, fixed: str, rng: random.Random) -> str:
     """A plausible wrong repair of `broken`: another mutation on a line the bug is on (chosen with `rng`),
     neither the bug nor its repair; `broken` unchanged when there is none (an edit that changes nothing)."""
