@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rlvr_factory.training.grpo import Sample, UpdateConfig, _Padded, rl_update
+from rlvr_factory.training.grpo import Sample, UpdateConfig, _Padded, kl_carriers, rl_update
 from rlvr_factory.training.lm import join_prompt_completion, token_logprobs
 from tests.conftest import make_tiny_policy
 
@@ -341,6 +341,86 @@ def test_skipping_samples_without_gradient_gives_the_same_update_and_stats(mask)
         torch.testing.assert_close(skipped[name], value, atol=5e-5, rtol=1e-4, msg=name)
     for key in ("loss", "entropy", "clip_fraction", "policy_drift_kl"):
         assert skipped_stats[key] == pytest.approx(full_stats[key], rel=1e-4, abs=1e-6), key
+
+
+# kl_sample_fraction: a seeded share of the zero-advantage samples carries the KL term, weighted up
+
+
+def test_each_samples_expected_kl_weight_is_one():
+    nonzero = [True, False, False, True, False]
+    fraction = 0.3
+    weights = torch.zeros(len(nonzero))
+    for seed in range(4000):
+        carried, scale = kl_carriers(nonzero, fraction, seed)
+        assert carried[0] and carried[3]  # backpropagated anyway
+        weights += torch.tensor(carried, dtype=torch.float32) * scale
+    mean = weights / 4000
+    assert mean[0] == mean[3] == 1.0
+    assert torch.allclose(mean, torch.ones(len(nonzero)), atol=0.1)  # 1/0.3 per carried draw, ~30% of draws
+    carried, scale = kl_carriers(nonzero, 1.0, 7)
+    assert all(carried) and torch.equal(scale, torch.ones(len(nonzero)))
+
+
+def _flat_group(tokenizer) -> list[Sample]:
+    """One prompt, four completions, one reward: every advantage is 0."""
+    prompt = chat_prompt(tokenizer, "Compute 2+2")
+    return [Sample("t0", prompt, answer(tokenizer, a), 1.0) for a in ("4", "5", "44", "45")]
+
+
+def _drifted(policy):
+    """A copy of `policy`'s model moved off it, as the reference: the KL to it has a gradient."""
+    reference = copy.deepcopy(policy.model)
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    return reference
+
+
+def _seed_where(carries, n: int, fraction: float) -> int:
+    return next(seed for seed in range(1000) if kl_carriers([False] * n, fraction, seed)[0] == carries)
+
+
+def test_carried_kl_terms_are_weighted_by_one_over_the_fraction():
+    fraction, n = 0.5, 4
+    seed = _seed_where([True] * n, n, fraction)  # every sample drawn: the loss is 1/fraction times the full KL
+    results = []
+    for coef, share in ((0.1, fraction), (0.1 / fraction, 1.0)):
+        policy = make_tiny_policy()
+        reference = _drifted(policy)
+        stats = rl_update(policy, _flat_group(policy.tokenizer),
+                          UpdateConfig(lr=1e-2, warmup_steps=0, kl_coef=coef, kl_sample_fraction=share, seed=seed),
+                          reference=reference)
+        results.append((policy.model.state_dict(), stats))
+    (sampled, sampled_stats), (full, full_stats) = results
+    assert sampled_stats["trained_sample_fraction"] == full_stats["trained_sample_fraction"] == 1.0
+    for name, value in full.items():
+        torch.testing.assert_close(sampled[name], value, atol=1e-6, rtol=1e-5, msg=name)
+    before = make_tiny_policy().model.state_dict()
+    assert any(not torch.equal(before[k], v) for k, v in full.items())  # the KL did move the model
+
+
+def test_zero_advantage_samples_left_out_of_the_draw_get_no_backward_pass():
+    fraction, n = 0.5, 4
+    policy = make_tiny_policy()
+    before = copy.deepcopy(policy.model.state_dict())
+    seed = _seed_where([False] * n, n, fraction)
+    stats = rl_update(policy, _flat_group(policy.tokenizer),
+                      UpdateConfig(lr=1e-2, warmup_steps=0, kl_coef=0.1, kl_sample_fraction=fraction, seed=seed),
+                      reference=_drifted(policy))
+    assert stats["trained_sample_fraction"] == 0.0
+    assert stats["kl"] > 0  # still measured, in the forward pass
+    for name, value in policy.model.state_dict().items():
+        assert torch.equal(value, before[name]), name
+    partial = _seed_where([True, False, True, False], n, fraction)
+    stats = rl_update(make_tiny_policy(), _flat_group(policy.tokenizer),
+                      UpdateConfig(kl_coef=0.1, kl_sample_fraction=fraction, seed=partial), reference=_drifted(policy))
+    assert stats["trained_sample_fraction"] == 0.5
+
+
+@pytest.mark.parametrize("fraction", [0.0, -0.5, 1.5])
+def test_a_kl_sample_fraction_outside_the_unit_interval_is_refused(fraction):
+    with pytest.raises(ValueError, match="kl_sample_fraction"):
+        UpdateConfig(kl_sample_fraction=fraction)
 
 
 # The engine's sampling log-probs: mismatch metrics and the TIS correction

@@ -230,6 +230,8 @@ def _shortest_block(path: str, old_line: str, new_line: str, text: str) -> Block
             hi += 1
             hi += hi < len(spans) - 1 and old_line[spans[hi][0]].isspace()
         left = not left
+
+
 def wrong_fix(broken: str, fixed: str, rng: random.Random) -> str:
     """A plausible wrong repair of `broken`: another mutation on a line the bug is on (chosen with `rng`),
     neither the bug nor its repair; `broken` unchanged when there is none (an edit that changes nothing)."""

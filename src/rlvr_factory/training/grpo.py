@@ -61,6 +61,7 @@ class UpdateConfig:
     overlong_cache_length: int = 0  # L_cache of DAPO's soft overlong penalty; 0 disables it
     overlong_max_length: int | None = None  # L_max of the penalty (the completion budget)
     skip_zero_advantage: bool = True  # no backward pass for samples whose gradient is exactly zero
+    kl_sample_fraction: float = 1.0  # share of zero-advantage samples whose KL term (in the loss) is backpropagated, each weighted 1/share: an unbiased KL gradient for fewer backward passes; 1.0: all
     turn_reward_weight: float = 0.0  # weight of the per-turn reward return added to each turn's token advantages
     max_grad_norm: float = 1.0  # global gradient-norm clip
     engine_is_correction: bool = False  # weight each token by the TIS ratio pi_trainer / pi_engine (Yao et al. 2025)
@@ -74,6 +75,8 @@ class UpdateConfig:
             raise ValueError(f"micro_batch_size must be >= 1 or null, got {self.micro_batch_size}")
         if self.micro_batch_tokens is not None and self.micro_batch_tokens < 1:
             raise ValueError(f"micro_batch_tokens must be >= 1 or null, got {self.micro_batch_tokens}")
+        if not 0 < self.kl_sample_fraction <= 1:
+            raise ValueError(f"kl_sample_fraction must be in (0, 1], got {self.kl_sample_fraction}")
         if self.engine_is_cap <= 0:
             raise ValueError(f"engine_is_cap must be positive, got {self.engine_is_cap}")
         if self.overlong_cache_length and self.overlong_max_length is None:
@@ -246,6 +249,17 @@ def _turn_returns(samples: Sequence[Sample], width: int, weight: float) -> torch
     return out
 
 
+def kl_carriers(nonzero: Sequence[bool], fraction: float, seed: int) -> tuple[list[bool], torch.Tensor]:
+    """Which samples carry the KL term into the backward pass, and its weight on each: every sample with a
+    nonzero advantage (weight 1, it is backpropagated anyway), and each other one with probability `fraction`
+    (weight 1/`fraction`), drawn from `seed`. Every sample's expected weight is 1, so the KL gradient is
+    unbiased; `fraction` 1.0 carries all at weight 1."""
+    draw = random.Random(f"{seed}:kl-carriers")
+    carried = [True if n else draw.random() < fraction for n in nonzero]
+    scale = torch.tensor([1.0 if n else 1.0 / fraction for n in nonzero])
+    return carried, scale
+
+
 def rl_update(
     policy: Policy, samples: Sequence[Sample], config: UpdateConfig, reference: torch.nn.Module | None = None
 ) -> dict[str, float]:
@@ -272,14 +286,19 @@ def rl_update(
 
     # Without a KL or entropy term in the loss, a sample whose advantage is 0 (or whose tokens are
     # all masked) has zero gradient: it only needs a forward pass for the stats, not a backward one.
-    per_token_terms = kl_in_loss or config.entropy_coef > 0 or not config.skip_zero_advantage
-    active = [a or per_token_terms for a in (advantages != 0).tolist()]
+    # With only the KL term, a seeded share of them carries it, weighted up (`kl_carriers`).
+    per_token_terms = config.entropy_coef > 0 or not config.skip_zero_advantage
+    nonzero = (advantages != 0).tolist()
+    fraction = config.kl_sample_fraction if kl_in_loss and not per_token_terms else 1.0
+    carried, kl_scale = kl_carriers(nonzero, fraction, config.seed)
+    active = [a or per_token_terms or (kl_in_loss and c) for a, c in zip(nonzero, carried)]
     if turn_returns is not None:
         active = [a or bool(turn_returns[i].any()) for i, a in enumerate(active)]
     if config.mask_truncated and config.skip_zero_advantage:
         active = [a and not t for a, t in zip(active, truncated.tolist())]
     ctx = _Context(config, padded, advantages.to(device), truncated.to(device), old_logp, ref_logp, norm_length,
-                   None if turn_returns is None else turn_returns.to(device))
+                   None if turn_returns is None else turn_returns.to(device),
+                   None if fraction == 1.0 else kl_scale.to(device))
 
     optimizer = make_optimizer(model, config.lr, config.weight_decay, (0.9, config.adam_beta2))
     if policy.optimizer_state is not None:
@@ -352,6 +371,7 @@ class _Context:
     ref_logp: torch.Tensor | None
     norm_length: int
     turn_returns: torch.Tensor | None  # (samples, norm_length) per-token advantage terms, or None
+    kl_scale: torch.Tensor | None  # (samples,) weight of each sample's KL term in the loss, or None: all 1
     units: float = 1.0
     tokens: float = 1.0
 
@@ -396,7 +416,8 @@ def _micro_step(model, rows: list[int], train: bool, step: dict[str, torch.Tenso
         ref = padded.rows(ctx.ref_logp, rows)
         kl_tokens = kl_penalty(logp, ref, config.kl_kind)
         if config.kl_placement == "loss":
-            total = total + config.kl_coef * aggregate_loss(kl_tokens, cmask, config.loss_aggregation, ctx.norm_length, ctx.units)
+            weighted = kl_tokens if ctx.kl_scale is None else kl_tokens * ctx.kl_scale[index].unsqueeze(-1)
+            total = total + config.kl_coef * aggregate_loss(weighted, cmask, config.loss_aggregation, ctx.norm_length, ctx.units)
         step["kl"] = step["kl"] + masked_mean(kl_tokens.detach(), cmask).double() * weight
     if train:
         total.backward()
