@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
+
+import rlvr_factory  # noqa: F401, I001 (before torch allocates: it turns on huge pages, rlvr_factory/__init__.py)
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 

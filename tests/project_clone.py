@@ -46,7 +46,7 @@ def results(repo: Path, *args: str) -> subprocess.CompletedProcess:
 def user_environment() -> dict[str, str]:
     """A new user's shell in a clone: nothing that turns telemetry off, no MLflow override."""
     skip = ("DO_NOT_TRACK", "KEDRO_DISABLE_TELEMETRY", "MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "KEDRO_ENV",
-            "TQDM_DISABLE")
+            "TQDM_DISABLE", "THP_MEM_ALLOC_ENABLE")
     return {k: v for k, v in environment().items() if k not in skip} | {"PYTHONPATH": "src"}
 
 

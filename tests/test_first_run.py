@@ -87,6 +87,12 @@ def test_known_noise_is_gone_from_the_console(first_run):
         assert noise not in first_run.output, noise
 
 
+def test_the_run_gets_huge_pages_for_its_tensors(first_run):
+    # The user's shell has no THP_MEM_ALLOC_ENABLE (user_environment): importing the project set it
+    # before torch allocated, or the run would have warned (hooks.py, tests/test_cpu_allocator.py).
+    assert "get no huge pages" not in first_run.output
+
+
 def test_the_clone_stays_clean(first_run):
     assert git(first_run.clone, "status", "--porcelain", "--untracked-files=all") == ""
     assert (first_run.clone / "pyproject.toml").read_bytes() == first_run.pyproject  # no telemetry project id

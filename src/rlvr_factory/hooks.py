@@ -5,6 +5,7 @@ to their code and data."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from typing import Any
@@ -17,7 +18,7 @@ from kedro_mlflow.framework.hooks.utils import _flatten_dict  # the same names k
 from mlflow import MlflowClient
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 
-from rlvr_factory import pipeline_registry, summary, tracking
+from rlvr_factory import cpu_huge_pages, pipeline_registry, summary, tracking
 from rlvr_factory.models.policy import MODEL_DIR_CONTENTS, has_chat_template, looks_local, model_dir_problem
 from rlvr_factory.pipeline_registry import RLShape
 from rlvr_factory.rollout.background import close_background_engines, forget_rollouts_ahead
@@ -114,6 +115,10 @@ class RunConsoleHook:
         self._run = (active.info.run_id, mlflow.get_tracking_uri()) if active else None
         where = f"; MLflow run {active.info.run_id}" if active else ""
         log.info("%d nodes, %d RL rounds%s", self._total, len(rounds), where)
+        if os.environ.get("THP_MEM_ALLOC_ENABLE") == "1" and cpu_huge_pages() is False:
+            log.warning("PyTorch's CPU allocations get no huge pages in this process (a tensor was allocated "
+                        "before rlvr_factory set THP_MEM_ALLOC_ENABLE=1): export THP_MEM_ALLOC_ENABLE=1 "
+                        "before Python starts; CPU sampling is 1.6-1.9x faster with it (rlvr_factory/__init__.py)")
 
     @hook_impl
     def before_node_run(self, node) -> None:
