@@ -273,3 +273,39 @@ def test_a_feedback_demonstration_is_a_wrong_edit_the_environments_report_and_th
         assert "FAIL" in observation and observation.endswith("(2 edits left)")
         final = env.step(second)
         assert final.done and final.score.correct  # the second edit repairs what the first left
+
+
+def test_edit_error_decoys_show_an_edit_that_does_not_apply_its_error_and_the_repair(domain):
+    decoys = CodeRepairDomain(max_programs=10, mutants_per_program=2, mutations=[1, 2], seed=0, edit_error_decoys=1.0)
+    tasks = domain.generate_tasks()
+    plain = [domain.tool_demonstration(t) for t in tasks]
+    shown = [decoys.tool_demonstration(t) for t in tasks]
+    errors = 0
+    for task, demo, before in zip(tasks, shown, plain):
+        assert len(demo) in (1, 3)
+        if len(demo) == 1:
+            assert demo == [task.reference["reference_patch"]]
+            continue
+        first, observation, second = demo
+        env = decoys.environment()
+        env.reset(task)
+        step = env.step(first)
+        assert not step.done and step.observation == observation
+        if "SEARCH text is" in observation:  # the decoy: the repair's blocks swapped, which do not apply
+            errors += 1
+            assert second == task.reference["reference_patch"] and observation.startswith("edit error: ")
+        else:  # the swapped blocks would apply: the plain wrong-fix episode instead
+            assert demo == before
+        assert env.step(second).score.correct  # a failed edit leaves the workspace as it was
+    assert errors >= len(tasks) // 2
+
+
+def test_edit_error_decoys_are_a_seeded_share_and_off_by_default(domain):
+    tasks = domain.generate_tasks()
+    half = CodeRepairDomain(max_programs=10, mutants_per_program=2, mutations=[1, 2], seed=0, edit_error_decoys=0.5)
+    errors = sum("SEARCH text is" in d[1] for d in map(half.tool_demonstration, tasks) if len(d) == 3)
+    assert 0 < errors < len(tasks)
+    assert errors == sum("SEARCH text is" in d[1] for d in map(half.tool_demonstration, tasks) if len(d) == 3)
+    assert not any("SEARCH text is" in d[1] for d in map(domain.tool_demonstration, tasks) if len(d) == 3)
+    with pytest.raises(ValueError, match="edit_error_decoys"):
+        CodeRepairDomain(edit_error_decoys=1.5)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from rlvr_factory.domains.base import Task
 from rlvr_factory.domains.code import cycled, read_rows
-from rlvr_factory.domains.code_repair_edits import Block, apply_edits, parse_edits
+from rlvr_factory.domains.code_repair_edits import Block, EditError, apply_edits, parse_edits
 from rlvr_factory.domains.code_repair_env import CodeRepairEnvironment, environment_settings
 from rlvr_factory.domains.code_repair_mutants import (
     KINDS, PATCH_SEARCH, canonical, mutate, rename_identifiers, repair_patch, sites, wrong_fix,
@@ -118,6 +118,7 @@ class CodeRepairDomain:
         max_turns: int = 3,
         renamings: int = 0,
         patch_search: str = "shortest",
+        edit_error_decoys: float = 0.0,
         environment: Mapping[str, Any] | None = None,
         verifier: Mapping[str, Any] | None = None,
     ) -> None:
@@ -145,6 +146,9 @@ class CodeRepairDomain:
         if patch_search not in PATCH_SEARCH:
             raise ValueError(f"patch_search must be one of {list(PATCH_SEARCH)}, got {patch_search!r}")
         self.patch_search = patch_search  # reference patches' SEARCH: shortest unique tokens, or whole lines
+        if not 0.0 <= edit_error_decoys <= 1.0:
+            raise ValueError(f"edit_error_decoys must be in [0, 1], got {edit_error_decoys}")
+        self.edit_error_decoys = edit_error_decoys  # share of feedback demonstrations whose wrong first edit does not apply
         self.environment_settings = environment_settings(environment)
         self.runner = WorkspaceRunner(verifier)
         self.verifier = CodeRepairVerifier(self.runner)
@@ -283,12 +287,21 @@ class CodeRepairDomain:
     def tool_demonstration(self, task: Task) -> list[str]:
         """An episode that reads the feedback: a wrong first edit (`wrong_fix`: another mutation on the bug's
         line, or an edit that changes nothing), the environment's report of the visible tests on it, and the
-        edit that repairs the workspace from there. The reference patch alone when the task has no second turn."""
+        edit that repairs the workspace from there. The reference patch alone when the task has no second turn.
+        With `edit_error_decoys`, that share of them (seeded per task) has a first edit that does not apply
+        instead (`edit_error_decoy`), the environment's edit error, and the reference patch."""
         workspace = Workspace.from_reference(task.reference)
         blocks = parse_edits(workspace.reference_patch, 1 << 20)
         path = blocks[0].path
         broken = workspace.files[path]
         fixed = apply_edits(workspace.files, blocks, workspace.editable)[path]
+        if self.edit_error_decoys and random.Random(f"{self.seed}:{task.task_id}:edit_error").random() < self.edit_error_decoys:
+            first = edit_error_decoy(workspace, blocks)
+            if first is not None:
+                env = self.environment()
+                env.reset(task)
+                step = env.step(first)
+                return [workspace.reference_patch] if step.done else [first, step.observation, workspace.reference_patch]
         decoy = wrong_fix(broken, fixed, random.Random(f"{self.seed}:{task.task_id}"))
         first = (repair_patch(path, broken, decoy, self.patch_search) if decoy != broken
                  else "".join(Block(b.path, b.search, b.search).render() for b in blocks))
@@ -324,6 +337,18 @@ class CodeRepairDomain:
         if not documents:
             raise ValueError("no train task is left to pre-train on")
         return cycled(documents, size, seed)
+
+
+def edit_error_decoy(workspace: Workspace, blocks: Sequence[Block]) -> str | None:
+    """A first edit that does not apply, of the kind a policy writes most (docs/code_repair.md): the repair's
+    blocks with SEARCH and REPLACE swapped, a SEARCH text that is the repaired code, which the broken file
+    lacks (or has more than once). None when the swapped blocks would apply."""
+    swapped = [Block(b.path, b.replace, b.search) for b in blocks]
+    try:
+        apply_edits(workspace.files, swapped, workspace.editable)
+    except EditError:
+        return "".join(b.render() for b in swapped)
+    return None
 
 
 def _split_by_share(order: list[int], shares: Mapping[str, float]) -> dict[int, str]:
