@@ -19,12 +19,16 @@ pytestmark = pytest.mark.skipif(not THP.exists() or "[never]" in THP.read_text()
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
-def _probe(code: str, **env: str) -> str:
+def _run(code: str, **env: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
     done = subprocess.run([sys.executable, "-c", code], env=clean | {"PYTHONPATH": SRC} | env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout.strip()
+    return done
+
+
+def _probe(code: str, **env: str) -> str:
+    return _run(code, **env).stdout.strip()
 
 
 def test_importing_the_project_turns_huge_pages_on_before_torch_allocates():
@@ -42,10 +46,7 @@ def test_a_tensor_allocated_before_the_import_keeps_them_off_and_the_run_warns()
             "from kedro.pipeline import Pipeline; logging.basicConfig(level=logging.INFO, format='%(message)s'); "
             "print(rlvr_factory.cpu_huge_pages(), flush=True); "
             "RunConsoleHook().before_pipeline_run({}, Pipeline([]), None)")
-    done = subprocess.run([sys.executable, "-c", code], env={k: v for k, v in os.environ.items()
-                                                             if k != "THP_MEM_ALLOC_ENABLE"} | {"PYTHONPATH": SRC},
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = _run(code)
     output = " ".join((done.stdout + done.stderr).split())  # the logger may wrap the message
     assert done.stdout.splitlines()[0] == "False"
     assert "get no huge pages in this process" in output and "export THP_MEM_ALLOC_ENABLE=1" in output

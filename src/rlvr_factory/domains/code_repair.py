@@ -295,22 +295,20 @@ class CodeRepairDomain:
         path = blocks[0].path
         broken = workspace.files[path]
         fixed = apply_edits(workspace.files, blocks, workspace.editable)[path]
+        first = None
         if self.edit_error_decoys and random.Random(f"{self.seed}:{task.task_id}:edit_error").random() < self.edit_error_decoys:
-            first = edit_error_decoy(workspace, blocks)
-            if first is not None:
-                env = self.environment()
-                env.reset(task)
-                step = env.step(first)
-                return [workspace.reference_patch] if step.done else [first, step.observation, workspace.reference_patch]
-        decoy = wrong_fix(broken, fixed, random.Random(f"{self.seed}:{task.task_id}"))
-        first = (repair_patch(path, broken, decoy, self.patch_search) if decoy != broken
-                 else "".join(Block(b.path, b.search, b.search).render() for b in blocks))
+            first, second = edit_error_decoy(workspace, blocks), workspace.reference_patch  # a failed edit changes nothing
+        if first is None:
+            decoy = wrong_fix(broken, fixed, random.Random(f"{self.seed}:{task.task_id}"))
+            first = (repair_patch(path, broken, decoy, self.patch_search) if decoy != broken
+                     else "".join(Block(b.path, b.search, b.search).render() for b in blocks))
+            second = repair_patch(path, decoy, fixed, self.patch_search)
         env = self.environment()
         env.reset(task)
         step = env.step(first)
         if step.done:  # one edit allowed, or the wrong fix passes the visible tests
             return [workspace.reference_patch]
-        return [first, step.observation, repair_patch(path, decoy, fixed, self.patch_search)]
+        return [first, step.observation, second]
 
     def score(self, completion: str, reference: dict[str, Any]) -> Score:
         """A one-shot repair judged by the held-out tests."""
