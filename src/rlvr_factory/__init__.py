@@ -3,10 +3,11 @@
 Importing the package turns on huge pages for PyTorch's large CPU allocations (`THP_MEM_ALLOC_ENABLE=1`,
 unless the environment sets it). PyTorch reads the variable once, at the process's first tensor allocation,
 so it is set here, before any module of the project allocates one: `kedro run`, `rlvr`, the tests and a
-notebook that imports the project all get it. Sampling allocates a fresh key-value cache at every token
-(transformers' `DynamicCache` grows by concatenation); with 4 KiB pages the kernel zeroes each of them on
-first touch and a CPU run spends more time in page faults than in its matrix products
-(`benchmarks/cpu_allocator.py`: 1.6-1.9x faster sampling on the 2-core machine). Set
+notebook that imports the project all get it. Every fresh tensor of 2 MiB or more then gets its pages
+from the kernel in 2 MiB pieces instead of 4 KiB ones, each zeroed on first touch; with 4 KiB pages a CPU
+run that sampled with transformers' concatenating KV cache spent more time in page faults than in its matrix
+products (`benchmarks/cpu_allocator.py`: 1.5-1.9x faster sampling on the 2-core machine; the engine's own
+in-place cache, `rollout/hf.py`, removes most of those allocations on top). Set
 `THP_MEM_ALLOC_ENABLE=0` to keep PyTorch's default.
 """
 

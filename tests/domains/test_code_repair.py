@@ -3,6 +3,7 @@
 import ast
 import json
 import random
+from collections import Counter
 
 import pytest
 
@@ -192,6 +193,26 @@ def test_renamed_copies_are_train_tasks_of_their_program_with_bugs_that_fail_and
         assert augmented.score(t.reference["reference_patch"], t.reference).correct
     with pytest.raises(ValueError, match="renamings"):
         CodeRepairDomain(renamings=-1)
+
+
+def test_more_test_mutants_extend_the_test_split_and_change_no_other_task():
+    plain = CodeRepairDomain(max_programs=12, mutants_per_program=2, seed=0).generate_tasks()
+    more = CodeRepairDomain(max_programs=12, mutants_per_program=2, test_mutants_per_program=5, seed=0)
+    tasks = more.generate_tasks()
+    for split in ("train", "validation"):
+        assert [t.to_row() for t in tasks if t.split == split] == [t.to_row() for t in plain if t.split == split]
+    test, before = [t for t in tasks if t.split == "test"], [t for t in plain if t.split == "test"]
+    assert len(test) > len(before) and all(t.to_row() in [x.to_row() for x in test] for t in before)
+    assert {t.reference["program"] for t in test} == {t.reference["program"] for t in before}  # more bugs, same programs
+    per_program = Counter(t.reference["program"] for t in test)
+    assert max(per_program.values()) > 2 and max(per_program.values()) <= 5
+    assert len({t.prompt for t in test}) == len(test)
+    for t in test:
+        workspace = domain_workspace(t)
+        assert not more.runner.run(workspace, workspace.files, workspace.held_out_tests).all_passed
+        assert more.score(t.reference["reference_patch"], t.reference).correct
+    with pytest.raises(ValueError, match="test_mutants_per_program"):
+        CodeRepairDomain(test_mutants_per_program=0)
 
 
 def swe_row(**changes):

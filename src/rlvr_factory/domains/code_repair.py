@@ -112,6 +112,7 @@ class CodeRepairDomain:
         kinds: Sequence[str] = KINDS,
         mutations: Sequence[int] = (1,),
         mutants_per_program: int = 4,
+        test_mutants_per_program: int | None = None,
         max_programs: int | None = None,
         max_tests: int = 6,
         max_prompt_chars: int | None = None,
@@ -136,6 +137,12 @@ class CodeRepairDomain:
             raise ValueError(f"mutations must list counts >= 1, got {list(mutations)}")
         self.mutations = tuple(int(m) for m in mutations)  # mutations per mutant (difficulty)
         self.mutants_per_program = mutants_per_program  # kept mutants per program and mutation count, at most
+        if test_mutants_per_program is not None and test_mutants_per_program < 1:
+            raise ValueError(f"test_mutants_per_program must be >= 1 or null, got {test_mutants_per_program}")
+        # the same for the test split's programs (null: `mutants_per_program`): each program's mutants are drawn
+        # by its own seeded generator, so more of them measure a policy more finely and change no train or
+        # validation task (with one mutation count, the test tasks drawn before stay too)
+        self.test_mutants_per_program = test_mutants_per_program or mutants_per_program
         self.max_programs = max_programs  # per source, the first ones (null: all)
         self.max_tests = max_tests  # tests per program kept (visible: the first half)
         self.max_prompt_chars = max_prompt_chars  # programs whose prompt is longer are left out (null: none)
@@ -206,7 +213,8 @@ class CodeRepairDomain:
         tasks = []
         for index, (program_id, (program, tests, imports)) in enumerate(programs):
             tasks += self._program_mutants(source, program_id, program, tests[: self.max_tests], imports,
-                                           split_of[index], random.Random(f"{self.seed}:{source}:{program_id}"))
+                                           split_of[index], random.Random(f"{self.seed}:{source}:{program_id}"),
+                                           per_count=self.test_mutants_per_program if split_of[index] == "test" else None)
             if split_of[index] == "train":
                 tasks += self._renamed_mutants(source, program_id, program, tests[: self.max_tests], imports)
         return tasks
@@ -232,7 +240,10 @@ class CodeRepairDomain:
         return tasks
 
     def _program_mutants(self, source: str, program_id: str, program: str, tests: list[str], imports: list[str],
-                         split: str, rng: random.Random, origin: str | None = None) -> list[Task]:
+                         split: str, rng: random.Random, origin: str | None = None,
+                         per_count: int | None = None) -> list[Task]:
+        """Up to `per_count` (default `mutants_per_program`) kept mutants per mutation count."""
+        per_count = per_count or self.mutants_per_program
         if len(tests) < 2:
             return []
         try:
@@ -249,8 +260,8 @@ class CodeRepairDomain:
         tasks, seen = [], set()
         for count in self.mutations:
             kept = 0
-            for _ in range(4 * self.mutants_per_program):
-                if kept == self.mutants_per_program or len(candidates) < count:
+            for _ in range(4 * per_count):
+                if kept == per_count or len(candidates) < count:
                     break
                 picked = rng.sample(candidates, count)
                 broken = mutate(correct, [s.index for s in picked])
