@@ -2,6 +2,8 @@
 
     kedro run --pipelines=rlvr           # once: the curated tasks and the SFT policy the rounds start from
     python benchmarks/async_rounds.py [--rounds 5] [--repeats 2] [--params rl.prompts_per_round=64,...]
+    # another configuration: its run first, then the same --env (tasks and SFT policy from --project)
+    kedro run --pipeline=rlvr --env code_repair && python benchmarks/async_rounds.py --env code_repair
 
 Each variant is a fresh process running `kedro run --pipelines=rl` (Kedro's sequential runner) in a
 scratch copy of this project's configuration and its curated tasks and SFT policy, alternating
@@ -75,10 +77,10 @@ class Timer:
                             if k.endswith(".mlflow_metrics") and "eval_seconds" in v]
 
 def main():
-    project, params = Path(sys.argv[1]), json.loads(sys.argv[2])
+    project, params, env = Path(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
     bootstrap_project(project)
     timer = Timer()
-    with KedroSession.create(project_path=project, runtime_params=params) as session:
+    with KedroSession.create(project_path=project, env=env, runtime_params=params) as session:
         session._hook_manager.register(timer)
         session.run(pipeline_names=["rl"])
     rounds = int(params["rl"]["rounds"])
@@ -137,6 +139,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--ceiling", action="store_true", help="also run the synchronous rounds on one torch thread "
                         "and print the perfect-overlap ceiling from its phases")
+    parser.add_argument("--env", default="base", help="the configuration environment every variant runs "
+                        "(e.g. code_repair; --project must have run `kedro run --pipeline=rlvr --env` with it)")
     parser.add_argument("--params", default="", help="extra a.b=v,... for every variant (e.g. rl.prompts_per_round=32)")
     args = parser.parse_args()
     extra = dict(item.split("=", 1) for item in args.params.split(",") if item)
@@ -151,7 +155,7 @@ def main() -> None:
                 project = scratch_project(args.project, Path(tmp) / f"{repeat}_{len(results[name])}_{name[:5]}")
                 params = nested({"rl.rounds": str(args.rounds), "rl.checkpoint_every": "0", **extra, **overrides})
                 env["MLFLOW_TRACKING_URI"] = f"sqlite:///{project}/mlruns/mlflow.db"
-                done = subprocess.run([sys.executable, "-c", CHILD, str(project), json.dumps(params)], cwd=project,
+                done = subprocess.run([sys.executable, "-c", CHILD, str(project), json.dumps(params), args.env], cwd=project,
                                       env={**env, **ENV.get(name, {})}, capture_output=True, text=True)
                 line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
                 if done.returncode or line is None:
@@ -163,7 +167,7 @@ def main() -> None:
                 shutil.rmtree(project)
     first = next(iter(results))
     base = statistics.median(r["seconds"] for r in results[first])
-    print(f"\n{args.rounds} rounds of the `rl` pipeline ({args.params or 'conf/base'}), median of {args.repeats}, "
+    print(f"\n{args.rounds} rounds of the `rl` pipeline (conf/{args.env}{', ' + args.params if args.params else ''}), median of {args.repeats}, "
           f"{os.cpu_count()} cores\n")
     print(f"| variant | s / round | rounds / hour | vs {first} | val greedy (last round) | staleness per round |")
     print("|---|---|---|---|---|---|")

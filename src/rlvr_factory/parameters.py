@@ -96,6 +96,7 @@ class SFTBlockConfig:
     num_examples: PositiveInt = 500  # demonstrations taken from the train split
     direct_answer_fraction: Fraction = 0.6  # share of demonstrations giving the answer alone instead of the worked solution
     tool_demonstration_fraction: Fraction = 0.0  # share showing a tool-using episode (the domain's tool_demonstration)
+    action_loss: Literal["all", "last"] = "all"  # multi-turn demonstrations: loss on every action, or on the last alone (earlier ones, e.g. a deliberately wrong first edit, are context like observations)
     train: SFTConfig = field(default_factory=SFTConfig)  # the optimisation loop
 
 

@@ -81,3 +81,53 @@ def test_chat_examples_are_the_templated_prompt_and_the_completion_ending_in_eos
     assert completion[-1] == byte_tokenizer.eos_token_id
     assert byte_tokenizer.decode(completion[:-1]) == "\\boxed{2}"
     assert encode_prompts(byte_tokenizer, ["Compute 1+1"]) == [prompt]
+
+
+EPISODE = ["<calc>2*3</calc>", "<result>5</result>", "\\boxed{6}"]  # a wrong first action, its feedback, the answer
+
+
+def masked_nll(model, prompt: list[int], completion: list[int], mask: list[int]) -> float:
+    """Mean negative log-likelihood of the completion tokens whose mask is 1."""
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        log_probs = F.log_softmax(model(input_ids=ids).logits[0, :-1].float(), dim=-1)
+    nll = -log_probs.gather(-1, ids[0, 1:].unsqueeze(-1)).squeeze(-1)[len(prompt) - 1 :]
+    kept = torch.tensor(mask, dtype=torch.bool)
+    return float(nll[kept].mean())
+
+
+def test_action_loss_last_masks_every_action_but_the_last(tiny_policy):
+    from rlvr_factory.rollout.chat import ChatFormat
+    from rlvr_factory.training.sft import encode_demonstrations
+
+    tokenizer = tiny_policy.tokenizer
+    (every,) = encode_demonstrations(tokenizer, ["Compute 2*3"], [EPISODE])
+    (last,) = encode_demonstrations(tokenizer, ["Compute 2*3"], [EPISODE], action_loss="last")
+    chat = ChatFormat(tokenizer, "tool")
+    first, observation, answer = (len(chat.action_ids(EPISODE[0])), len(chat.observation_ids(EPISODE[1])),
+                                  len(chat.action_ids(EPISODE[2])))
+    assert every[:2] == last[:2]  # the same tokens; only the loss mask differs
+    assert every[2] == [1] * first + [0] * observation + [1] * answer
+    assert last[2] == [0] * (first + observation) + [1] * answer
+    # a single-turn demonstration has one action, trained either way
+    assert encode_demonstrations(tokenizer, ["p"], [["\\boxed{1}"]], action_loss="last") == \
+        encode_demonstrations(tokenizer, ["p"], [["\\boxed{1}"]])
+
+
+def test_action_loss_last_trains_on_the_last_action_alone(tiny_policy):
+    from rlvr_factory.training.sft import encode_demonstrations
+
+    (example,) = encode_demonstrations(tiny_policy.tokenizer, ["Compute 2*3"], [EPISODE], action_loss="last")
+    ((_, _, every),) = encode_demonstrations(tiny_policy.tokenizer, ["Compute 2*3"], [EPISODE])
+    prompt, completion, mask = example
+    initial = copy.deepcopy(tiny_policy.model)
+    (loss_at_step_0,) = supervised_train(tiny_policy, [example], quiet())
+    assert loss_at_step_0 == pytest.approx(masked_nll(initial, prompt, completion, mask), rel=1e-4)
+    assert loss_at_step_0 != pytest.approx(masked_nll(initial, prompt, completion, every), rel=1e-3)  # both actions
+
+
+def test_action_loss_refuses_other_values(tiny_policy):
+    from rlvr_factory.training.sft import encode_demonstrations
+
+    with pytest.raises(ValueError, match="action_loss"):
+        encode_demonstrations(tiny_policy.tokenizer, ["p"], [EPISODE], action_loss="first")

@@ -100,13 +100,14 @@ class InPlaceLayer(DynamicLayer):
     """
 
     reserve = 0  # positions to leave room for after the ones an update writes, when a buffer is allocated
+    _room: tuple[torch.Tensor, torch.Tensor] | None = None  # (keys, values) buffers; None until the first update
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         length = self.keys.shape[-2] if self.keys.dim() == 4 else 0
         need = length + key_states.shape[-2]
-        room = getattr(self, "_room", None)
+        room = self._room
         if room is None or need > room[0].shape[-2] or not (_prefix(self.keys, room[0]) and _prefix(self.values, room[1])):
             size = max(need + self.reserve, 2 * length)
             room = tuple(s.new_empty((*s.shape[:-2], size, s.shape[-1])) for s in (key_states, value_states))

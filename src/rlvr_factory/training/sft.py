@@ -68,10 +68,18 @@ def encode_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
 
 
 def encode_demonstrations(
-    tokenizer, prompts: Sequence[str], demonstrations: Sequence[Sequence[str]], observation_role: str = "tool"
+    tokenizer, prompts: Sequence[str], demonstrations: Sequence[Sequence[str]], observation_role: str = "tool",
+    action_loss: str = "all",
 ) -> list[tuple[list[int], list[int]] | tuple[list[int], list[int], list[int]]]:
     """Examples from demonstrations, each a list of turns: [answer] (single-turn, as `encode_chat_examples`)
-    or [action, observation, action, ...] (prompt ids, completion ids, loss mask: 1 on the actions' tokens)."""
+    or [action, observation, action, ...] (prompt ids, completion ids, loss mask: 1 on the actions' tokens).
+
+    `action_loss` "last" puts the loss on a multi-turn demonstration's last action alone: the actions
+    before it are context, as the observations are. A demonstration that shows a deliberately wrong
+    first action, so that the next one can read its feedback, then does not teach that wrong action.
+    """
+    if action_loss not in ("all", "last"):
+        raise ValueError(f"action_loss must be 'all' or 'last', not {action_loss!r}")
     single = [i for i, d in enumerate(demonstrations) if len(d) == 1]
     encoded = dict(zip(single, encode_chat_examples(tokenizer, [prompts[i] for i in single],
                                                     [demonstrations[i][0] for i in single])))
@@ -88,7 +96,8 @@ def encode_demonstrations(
         for k, text in enumerate(turns):
             ids = chat.action_ids(text) if k % 2 == 0 else chat.observation_ids(text)
             completion += ids
-            mask += [1 - k % 2] * len(ids)
+            trained = k % 2 == 0 and (action_loss == "all" or k == len(turns) - 1)
+            mask += [int(trained)] * len(ids)
         encoded[i] = (chat.prompt_ids(prompts[i]), completion, mask)
     return [encoded[i] for i in range(len(demonstrations))]
 

@@ -43,13 +43,14 @@ def supervised_fine_tune(
 ) -> tuple[Policy, dict]:
     """Fine-tune the base model on the demonstrations (multi-turn ones rendered as the agent loop renders
     episodes, `rollout.multi_turn.observation_role`), under `model.chat_template` when set (the SFT policy
-    keeps it); returns the policy and its loss curve."""
+    keeps it; `sft.action_loss`: which of their actions carry the loss); returns the policy and its loss curve."""
     seed_everything(sft["train"]["seed"])
     policy = load_policy(base_model_ref["name_or_path"], device=model["device"], dtype=model["dtype"],
                          chat_template=model.get("chat_template"))
     demonstrations = [json.loads(t) for t in sft_examples["turns"]]
     examples = encode_demonstrations(policy.tokenizer, list(sft_examples["prompt"]), demonstrations,
-                                     RolloutConfig.from_params(rollout).multi_turn.observation_role)
+                                     RolloutConfig.from_params(rollout).multi_turn.observation_role,
+                                     sft.get("action_loss", "all"))
     losses = supervised_train(policy, examples, SFTConfig(**sft["train"]))
     every = max(1, len(losses) // 100)
     return policy, {"loss": [{"step": i, "value": v} for i, v in enumerate(losses) if i % every == 0 or i == len(losses) - 1]}
