@@ -6,7 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rlvr_factory.training.sft import SFTConfig, encode_chat_examples, encode_prompts, supervised_train
+from rlvr_factory.rollout.chat import ChatFormat
+from rlvr_factory.training.sft import (SFTConfig, encode_chat_examples, encode_demonstrations, encode_prompts,
+                                      supervised_train)
 
 
 def quiet(**kwargs) -> SFTConfig:
@@ -97,9 +99,6 @@ def masked_nll(model, prompt: list[int], completion: list[int], mask: list[int])
 
 
 def test_action_loss_last_masks_every_action_but_the_last(tiny_policy):
-    from rlvr_factory.rollout.chat import ChatFormat
-    from rlvr_factory.training.sft import encode_demonstrations
-
     tokenizer = tiny_policy.tokenizer
     (every,) = encode_demonstrations(tokenizer, ["Compute 2*3"], [EPISODE])
     (last,) = encode_demonstrations(tokenizer, ["Compute 2*3"], [EPISODE], action_loss="last")
@@ -115,8 +114,6 @@ def test_action_loss_last_masks_every_action_but_the_last(tiny_policy):
 
 
 def test_action_loss_last_trains_on_the_last_action_alone(tiny_policy):
-    from rlvr_factory.training.sft import encode_demonstrations
-
     (example,) = encode_demonstrations(tiny_policy.tokenizer, ["Compute 2*3"], [EPISODE], action_loss="last")
     ((_, _, every),) = encode_demonstrations(tiny_policy.tokenizer, ["Compute 2*3"], [EPISODE])
     prompt, completion, mask = example
@@ -127,7 +124,5 @@ def test_action_loss_last_trains_on_the_last_action_alone(tiny_policy):
 
 
 def test_action_loss_refuses_other_values(tiny_policy):
-    from rlvr_factory.training.sft import encode_demonstrations
-
     with pytest.raises(ValueError, match="action_loss"):
         encode_demonstrations(tiny_policy.tokenizer, ["p"], [EPISODE], action_loss="first")
