@@ -50,7 +50,7 @@ def supervised_fine_tune(
     demonstrations = [json.loads(t) for t in sft_examples["turns"]]
     examples = encode_demonstrations(policy.tokenizer, list(sft_examples["prompt"]), demonstrations,
                                      RolloutConfig.from_params(rollout).multi_turn.observation_role,
-                                     sft.get("action_loss", "all"))
+                                     sft["action_loss"])
     losses = supervised_train(policy, examples, SFTConfig(**sft["train"]))
     every = max(1, len(losses) // 100)
     return policy, {"loss": [{"step": i, "value": v} for i, v in enumerate(losses) if i % every == 0 or i == len(losses) - 1]}
