@@ -1,4 +1,4 @@
-"""The reasoning-gym reward: the family's own scorer on the one ``<answer>`` block, attacked by class."""
+"""The reasoning-gym reward: the one ``<answer>`` block, judged exactly or by the family's scorer, attacked by class."""
 
 import json
 
@@ -27,11 +27,18 @@ def test_the_reference_answer_in_tags_is_correct_and_a_wrong_one_is_not():
     assert not wrong.correct and wrong.reward == 0.0 and wrong.status == "ok"
 
 
-def test_the_family_scorer_gives_its_partial_credit():
+def test_partial_credit_is_never_paid():
+    """spell_backward's scorer pays a prefix in proportion to its length; here only the whole answer counts."""
     gold, item = gold_of("spell_backward")
     score = ReasoningGymVerifier().score(f"<answer>{item['answer'][:-1]}</answer>", gold)
-    assert 0.0 < score.reward < 1.0 and not score.correct
-    assert score.breakdown["outcome"] == score.reward
+    assert score.reward == 0.0 and not score.correct and score.breakdown["outcome"] == 0.0
+
+
+def test_an_exact_family_compares_canonical_forms_without_its_scorer():
+    gold, item = gold_of("chain_sum")
+    verifier = ReasoningGymVerifier()
+    spaced = f"<answer> {int(item['answer']):+,d}.00 </answer>"  # the same number, written otherwise
+    assert verifier.quick_score(spaced, gold).correct
 
 
 def test_no_answer_block_earns_nothing_and_bare_text_is_not_read():
@@ -72,7 +79,7 @@ def test_oversized_completions_and_answers_are_errors_never_sent_to_a_scorer():
 def test_a_tampered_gold_is_an_error_and_its_entry_is_never_executed(tmp_path):
     marker = tmp_path / "pwned"
     verifier = ReasoningGymVerifier()
-    evil = json.dumps({"family": "chain_sum", "answer": "1", "entry": f"__import__('os').system('touch {marker}')"})
+    evil = json.dumps({"family": "puzzle24", "answer": "1", "entry": f"__import__('os').system('touch {marker}')"})
     with VerifierPool(verifier, workers=1) as pool:
         not_json, executed = pool.score_many([("<answer>2</answer>", "{not json"), ("<answer>2</answer>", evil)])
     assert not_json.status == "error" and "gold" in not_json.message
@@ -82,10 +89,10 @@ def test_a_tampered_gold_is_an_error_and_its_entry_is_never_executed(tmp_path):
 
 
 def test_a_scorer_that_raises_is_an_error_status_not_a_crash_of_the_pool():
-    broken = make_gold("chain_sum", "7", entry_literal({"question": "q", "metadata": {}}))  # no 'answer': KeyError
-    good, item = gold_of("chain_sum")
+    broken = make_gold("cryptarithm", "A=1", entry_literal({"question": "q", "metadata": {}}))  # KeyError in its scorer
+    good, item = gold_of("cryptarithm")
     with VerifierPool(ReasoningGymVerifier(), workers=1) as pool:
-        raised, fine = pool.score_many([("<answer>3</answer>", broken), (f"<answer>{item['answer']}</answer>", good)])
+        raised, fine = pool.score_many([("<answer>A=3</answer>", broken), (f"<answer>{item['answer']}</answer>", good)])
     assert raised.status == "error" and raised.reward == 0.0
     assert fine.correct
 

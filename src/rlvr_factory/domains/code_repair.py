@@ -29,6 +29,7 @@ from rlvr_factory.domains.code_repair_mutants import (
 )
 from rlvr_factory.domains.code_repair_workspace import Workspace, WorkspaceRunner
 from rlvr_factory.domains.loaders import read_records
+from rlvr_factory.verifiers.isolation import OWN
 from rlvr_factory.verifiers.score import Score
 
 if TYPE_CHECKING:  # torch-free: workers that unpickle the domain import none of these
@@ -49,6 +50,8 @@ class CodeRepairVerifier:
     `score(completion, gold)` judges a one-shot repair: the completion's edits applied to the
     initial workspace (`gold` is the reference's JSON); the environment judges whole episodes.
     """
+
+    isolation = OWN  # the workspace and its tests run in the code verifier's sandbox
 
     def __init__(self, runner: WorkspaceRunner) -> None:
         self.runner = runner

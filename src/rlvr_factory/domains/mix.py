@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from rlvr_factory.domains.base import Domain, Task, row_reference, source_rows
 from rlvr_factory.domains.registry import get_domain
+from rlvr_factory.verifiers.isolation import ROUTE
 from rlvr_factory.verifiers.score import Score
 
 TAG = "domain"  # the reference key naming a mixed task's member domain
@@ -35,6 +36,8 @@ def _tag_row(key: str, row: dict[str, Any]) -> dict[str, Any]:
 
 class MixVerifier:
     """Routes each (completion, gold) check to the member verifier the gold names; picklable."""
+
+    isolation = ROUTE  # each member's verifier behind its own boundary
 
     def __init__(self, verifiers: Mapping[str, Any]) -> None:
         self.verifiers = dict(verifiers)

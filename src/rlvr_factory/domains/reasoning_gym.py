@@ -41,6 +41,7 @@ from rlvr_factory.scheduler import create_scheduler
 from rlvr_factory.verifiers.reasoning_gym import (
     CLOSE, OPEN, ReasoningGymVerifier, entry_literal, extract, family_score, make_gold, normalise_answer,
 )
+from rlvr_factory.verifiers.reasoning_gym_rules import QUARANTINED, SCORED, SHARED_SOLUTIONS, screen
 from rlvr_factory.verifiers.score import Score
 
 log = logging.getLogger(__name__)
@@ -195,6 +196,9 @@ def _problem(family: str, item: Any, request: FamilyRequest) -> tuple[str | None
     credit = family_score(family, answer, item)
     if credit < 1.0:
         return f"the reference answer earns {credit:g}, not 1, from the family's own scorer", {}
+    refused = screen(family, answer, item) if family in SCORED else None
+    if refused:
+        return f"the reference answer does not pass the family's screen: {refused}", {}
     return None, {"family": family, "answer": answer, "entry": literal}
 
 
@@ -253,6 +257,12 @@ def _identity(item: Any) -> Any:
     return (item.get("question"), item.get("answer")) if isinstance(item, dict) else repr(item)
 
 
+def _family_error(request: FamilyRequest, why: str) -> dict[str, Any]:
+    """The one `_error` row that stands for a (family, level) job that gave no tasks, saying why."""
+    return {"task_id": f"{request.family}-level{request.level}", "domain": request.family, "split": "",
+            "difficulty": request.level, "_error": why}
+
+
 def _prompt(question: str, instruction: str) -> str:
     return f"{question}\n{instruction}" if instruction else question
 
@@ -290,6 +300,7 @@ class ReasoningGymDomain:
     name = "reasoning_gym"
     verifier_class = ReasoningGymVerifier  # the reward, built from the block's `verifier` options
     weights = None  # no weighted cut of the train pool: the curriculum weights families online
+    shared_solutions = SHARED_SOLUTIONS  # families where one task's solution can solve another (the reward audit)
 
     def __init__(
         self,
@@ -343,10 +354,15 @@ class ReasoningGymDomain:
         return requests
 
     def _generate(self, requests: Sequence[FamilyRequest], desc: str) -> list[dict[str, Any]]:
-        """Every request's rows; a job that raised, hung or died gives one `_error` row saying so."""
+        """Every request's rows; a job that raised, hung or died, or a `QUARANTINED` family (not generated),
+        gives one `_error` row saying so."""
+        held = [r for r in requests if r.family in QUARANTINED]
+        requests = [r for r in requests if r.family not in QUARANTINED]
+        rows: list[dict[str, Any]] = [_family_error(r, f"quarantined: {QUARANTINED[r.family]}") for r in held]
+        for request in held:
+            log.warning("reasoning_gym %s: %s quarantined: %s", desc, request.family, QUARANTINED[request.family])
         settings = {"workers": self.generation.workers, "timeout_seconds": self.generation.timeout_seconds,
                     "retry": {"max_attempts": 1, "retry_timeouts": False}, "hash_seed": HASH_SEED}
-        rows: list[dict[str, Any]] = []
         with create_scheduler(settings) as scheduler:
             for request, result in zip(requests, scheduler.map(generate_family, requests)):
                 if result.ok:
@@ -356,8 +372,7 @@ class ReasoningGymDomain:
                        "error": f"the generator raised {result.error}",
                        "infra_error": f"the generator's worker died: {result.error}"}.get(result.status, result.error)
                 log.warning("reasoning_gym %s: %s level %d quarantined: %s", desc, request.family, request.level, why)
-                rows.append({"task_id": f"{request.family}-level{request.level}", "domain": request.family,
-                             "split": "", "difficulty": request.level, "_error": why})
+                rows.append(_family_error(request, why))
         return rows
 
     def rows(self) -> list[dict[str, Any]]:

@@ -27,6 +27,9 @@ from rlvr_factory.sandbox.agent import _HEADER, MAX_MESSAGE_BYTES, ProtocolError
 logger = logging.getLogger(__name__)
 
 AGENT = Path(__file__).with_name("agent.py")
+# The directory that holds the `rlvr_factory` package (src/ of a checkout): read-only in every sandbox, so
+# that a scoring server there imports the same verifier code as the host (verifiers/isolation.py).
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 WORKSPACE = "/workspace"  # the writable directory inside bubblewrap and Docker sandboxes
 UID_BASE = 200_000  # as root, each bubblewrap sandbox runs under its own uid from here on
 UID_LOCKS = Path(tempfile.gettempdir()) / "rlvr-sandbox-uids"
@@ -196,10 +199,11 @@ def _follow(path: str, links: dict[str, str], depth: int = 0) -> str:
 
 def python_installation() -> tuple[list[str], dict[str, str]]:
     """Where this interpreter lives: the real directories to bind read-only (the venv and its base
-    prefix, symlinks resolved, outside the system directories every sandbox has) and the symlinks
-    on the way to them, which the sandbox recreates so that the interpreter's own paths work."""
+    prefix, and this package's source root (`PACKAGE_ROOT`), symlinks resolved, outside the system
+    directories every sandbox has) and the symlinks on the way to them, which the sandbox recreates so
+    that the interpreter's own paths work."""
     links: dict[str, str] = {}
-    places = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+    places = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, str(PACKAGE_ROOT),
               os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))}
     real = {_follow(os.path.abspath(p), links) for p in places}
     outside = sorted(r for r in real if r != "/" and not any(r == t or r.startswith(t + "/") for t in _SYSTEM))
@@ -243,7 +247,8 @@ class BubblewrapBackend:
 
     name = "bubblewrap"
 
-    def __init__(self, bwrap: str = "bwrap") -> None:
+    def __init__(self, bwrap: str = "bwrap", read_only: tuple[str, ...] = ()) -> None:
+        self.read_only = tuple(str(Path(p).resolve()) for p in read_only)  # more host directories, bound read-only
         self.bwrap = shutil.which(bwrap)
         if self.bwrap is None:
             raise SandboxStartError(
@@ -279,6 +284,7 @@ class BubblewrapBackend:
         for path in ("/tmp", "/dev/shm"):  # like the host's: anyone may write, only owners remove
             argv += ["--perms", "1777", "--size", size, "--tmpfs", path]
         dirs, links = python_installation()
+        dirs = [*dirs, *(p for p in self.read_only if not any(p == d or p.startswith(d + "/") for d in dirs))]
         made: set[str] = set()
         for path in [*dirs, *links]:  # after the tmpfs mounts, so that an installation under /tmp stays visible
             for parent in map(str, reversed(Path(path).parents[:-1])):  # traversable even where the host's is not
@@ -308,7 +314,7 @@ class BubblewrapBackend:
             fds = (read_end,)
         transport = PipeTransport(self.argv(workspace_mb, uid, fds[0] if fds else None), pass_fds=fds)
         dirs, links = python_installation()
-        keep = [p for p in [*dirs, *links] if _under(p, SCRATCH)]
+        keep = [p for p in [*dirs, *self.read_only, *links] if _under(p, SCRATCH)]
         return transport, {"workspace": WORKSPACE, "scratch": ["/tmp", "/dev/shm"], "uid": uid, "keep": keep,
                            "private_ipc": True, "channel_fd": transport.channel_fd}
 

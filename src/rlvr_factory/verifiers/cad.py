@@ -36,6 +36,7 @@ from rlvr_factory.cad.solid import (
 )
 from rlvr_factory.sandbox import Limits, Sandbox, SandboxError, SandboxStartError
 from rlvr_factory.scheduler import InfraError
+from rlvr_factory.verifiers.isolation import OWN
 from rlvr_factory.verifiers.score import Score
 
 logger = logging.getLogger(__name__)
@@ -81,6 +82,8 @@ class CadVerifier:
     The gold string is the task's reference as JSON: `{"program": <CSG source of the target>}`.
     Targets are built once per process and cached.
     """
+
+    isolation = OWN  # CSG is parsed by the project's own bounded parser; CadQuery scripts run in its sandbox
 
     def __init__(
         self,

@@ -42,6 +42,7 @@ from rlvr_factory.sandbox import (
     SandboxStartError,
 )
 from rlvr_factory.scheduler import InfraError
+from rlvr_factory.verifiers.isolation import OWN
 from rlvr_factory.verifiers.score import Score
 
 logger = logging.getLogger(__name__)
@@ -370,6 +371,8 @@ class CodeVerifier:
     A sandbox that cannot start raises `InfraError` (retried by the scheduler, then reported as
     `infra_error`); a candidate over its time limit scores 0 with status `timeout`.
     """
+
+    isolation = OWN  # the program and its tests run in its own sandbox
 
     def __init__(
         self,

@@ -35,6 +35,7 @@ from datetime import date
 from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any, Callable
 
+from rlvr_factory.verifiers.isolation import PARSE
 from rlvr_factory.verifiers.score import Score
 
 FIELD_TYPES = ("amount", "date", "currency", "rate", "text", "id", "items")
@@ -346,6 +347,8 @@ def make_gold(schema: dict[str, str], values: dict[str, Any], currency: str | No
 
 class FieldsVerifier:
     """Reward for structured extraction (see the module docstring); cheap, so `quick_score` does it all."""
+
+    isolation = PARSE  # the project's own parsing, bounded in time and memory
 
     def __init__(self, extra_penalty: float = 0.1, check_penalty: float = 0.25, max_completion_chars: int = 20000) -> None:
         self.extra_penalty = extra_penalty  # reward lost per field that was not requested

@@ -17,9 +17,10 @@ equations). The grader's rules on top:
   (``-4 \\le x \\le 0``) matches the interval it describes, repeating decimals are exact.
 
 ``quick_score`` runs only the string and numeric checks, in time linear in the input (bounded on
-any 20 kB string), so it is safe in the caller's process; ``score`` adds Math-Verify, which can be
-slow on adversarial input and is called with its own signal-based timeouts off: run it under a
-wall-clock guard (`VerifierPool`).
+any 20 kB string), so it is safe in the caller's process; ``score`` adds Math-Verify, which hands
+the answer to sympy's ``parse_expr`` (an ``eval``) and can be slow on adversarial input: it runs in
+the scoring sandbox, in a process forked for that one check and killed at its time limit
+(`verifiers.isolation`), with Math-Verify's own signal-based timeouts off.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from rlvr_factory.verifiers.math_numbers import (
     numbers_match,
     process_score,
 )
+from rlvr_factory.verifiers.isolation import Sandboxed
 from rlvr_factory.verifiers.score import Score, declare_weights
 
 __all__ = ["Answers", "MathVerifier", "answers_match", "as_number", "extract_answer", "find_answers",
@@ -211,8 +213,19 @@ def _float_rounding(answer: str) -> int:
     return min(6, max(2, min(written))) if written else 6
 
 
-class MathVerifier:
-    """Reward for math: outcome (final answer right), format (an answer stated) and process (steps right)."""
+_WARM_UP = (  # (completion, gold): a polynomial, a set, an interval, radicals, trigonometry, a matrix, an equation
+    ("\\boxed{x^2+2x+1}", "(x+1)^2"), ("\\boxed{\\{1,2\\}}", "\\{2,1\\}"), ("\\boxed{[1,2)}", "[1, 2)"),
+    ("\\boxed{\\sqrt{2}/2}", "\\frac{\\sqrt2}{2}"), ("\\boxed{\\sin^2 x + \\cos^2 x}", "1"),
+    ("\\boxed{\\begin{pmatrix}1\\\\2\\end{pmatrix}}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}"), ("\\boxed{y=2x+1}", "y=1+2x"),
+    ("\\boxed{\\frac{\\pi}{3}}", "60^\\circ"), ("\\boxed{3+4i}", "3+4i"), ("\\boxed{e^{2}}", "\\exp(2)"),
+)
+
+
+class MathVerifier(Sandboxed):
+    """Reward for math: outcome (final answer right), format (an answer stated) and process (steps right).
+
+    `score` runs Math-Verify (sympy's `parse_expr`, which calls `eval`, on model output) in the scoring
+    sandbox (`verifiers.isolation`); `quick_score` is parsing only."""
 
     def __init__(
         self,
@@ -334,7 +347,13 @@ class MathVerifier:
         except Exception as e:  # noqa: BLE001 - a verifier never raises on model output
             return self._score("", 0.0, False, status="error", message=f"{type(e).__name__}: {e}")
 
-    def score(self, completion: str, gold: str) -> Score:
+    def warm_up(self) -> None:
+        """Run one check of each kind of answer once, before any row (the scoring server's start-up): sympy imports
+        and builds much on first use, which every row process, forked after this, would otherwise pay again."""
+        for completion, gold in _WARM_UP:
+            self.full_check(completion, gold)
+
+    def full_check(self, completion: str, gold: str) -> Score:
         """Score one completion against the gold answer: the quick checks, then Math-Verify's symbolic check.
 
         A missing answer is wrong, never an error; oversized input or any internal failure is status ``error``.

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rlvr_factory.scheduler import JobResult, Scheduler, create_scheduler
+from rlvr_factory.verifiers.isolation import start_servers, time_limit
 from rlvr_factory.verifiers.score import Score
 
 logger = logging.getLogger(__name__)
@@ -43,13 +44,23 @@ class Verifier(Protocol):
 
 
 class FullCheck:
-    """A verifier's full check as a scheduler job: (completion, gold) -> Score."""
+    """A verifier's full check as a scheduler job: (completion, gold) -> Score.
 
-    def __init__(self, verifier: Verifier) -> None:
+    Unpickled in a worker, it starts the scoring servers of the sandboxed verifiers it holds before the
+    worker reports ready (`isolation.start_servers`); each check's sandboxed part ends within the pool's
+    `timeout` (`isolation.time_limit`), so the sandbox reports a `timeout` before the worker is killed."""
+
+    def __init__(self, verifier: Verifier, timeout: float) -> None:
         self.verifier = verifier
+        self.timeout = timeout
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        start_servers(self.verifier)
 
     def __call__(self, pair: tuple[str, str]) -> Score:
-        score = self.verifier.score(*pair)
+        with time_limit(self.timeout):
+            score = self.verifier.score(*pair)
         if not isinstance(score, Score):
             raise TypeError(f"score returned a {type(score).__name__}, not a Score")
         return score
@@ -124,7 +135,7 @@ class VerifierPool:
         self.max_input_chars = max_input_chars
         self.memory_limit_mb = memory_limit_mb
         self._batch_size = batch_size_of(verifier)
-        self._check = FullCheck(verifier) if self._batch_size is None else BatchCheck(verifier)
+        self._check = FullCheck(verifier, timeout) if self._batch_size is None else BatchCheck(verifier)
         self.scheduler: Scheduler = create_scheduler(
             {**settings, "workers": workers, "timeout_seconds": timeout}, memory_limit_mb
         )

@@ -1,4 +1,4 @@
-"""Reward for reasoning-gym tasks: the final ``<answer>...</answer>`` block, judged by the family's own scorer.
+"""Reward for reasoning-gym tasks: the final ``<answer>...</answer>`` block, judged exactly or by the family's scorer.
 
 The gold is a JSON string ``{"family": name, "answer": reference answer, "entry": the generator's
 item as a Python literal}`` (`make_gold`; a literal, because scorers compare tuples and sets that JSON
@@ -7,16 +7,18 @@ would turn into lists). A completion is read the reasoning-gym way: the text ins
 
 * **format**: exactly one distinct answer was given in tags; none, or several that differ
   (`ambiguous`), scores 0, so hedging across blocks earns nothing;
-* **outcome**: the family's `score_answer(answer, entry)` (reasoning-gym's own verifier, often
-  with partial credit in [0, 1]); an answer identical to the reference answer is 1 without
-  calling it (the curate stage checked that the reference earns exactly that).
+* **outcome**: 1 or 0, by the family's rule (`reasoning_gym_rules`): most families compare the
+  answer with the reference exactly (canonical forms; no scorer runs, in the caller's process); the
+  families with several valid answers pass a parse-only `screen` of the answer's form, then their own
+  `score_answer(answer, entry)` runs in the scoring sandbox (`verifiers.isolation`: a process forked
+  for that one row), and only its full credit counts: partial credit, which reasoning-gym pays for
+  length, prefixes and junk, is 0. `screened` in the breakdown marks an answer refused by the screen.
 
 reward = outcome_weight * outcome + format_weight * format; `correct` when the outcome is 1. The
 breakdown declares both components and their weights (`weight.outcome`, `weight.format`), so
-per-component normalisation can read them apart. A scorer can be slow, hang or raise: `score`
-runs in a `VerifierPool` worker under its time limit; a scorer that raises or returns something
-that is not a number in [0, 1] is an `error`, never a crash. `quick_score` only extracts and
-compares strings, in time linear in the completion.
+per-component normalisation can read them apart. A scorer can be slow, hang or raise: it runs under
+the sandbox's time limit, and one that raises or returns something that is not a number in [0, 1] is
+an `error`, never a crash. `quick_score` only extracts, parses and compares, in bounded time.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from rlvr_factory.verifiers.canonical import same
+from rlvr_factory.verifiers.isolation import Sandboxed
+from rlvr_factory.verifiers.reasoning_gym_rules import CASELESS, MINIMAL, SCORED, screen
 from rlvr_factory.verifiers.score import Score, declare_weights
 
 OPEN, CLOSE = "<answer>", "</answer>"
@@ -122,7 +127,7 @@ def family_score(family: str, answer: str | None, entry: dict[str, Any]) -> floa
     return float(value)
 
 
-class ReasoningGymVerifier:
+class ReasoningGymVerifier(Sandboxed):
     """Reward for reasoning-gym families (see the module docstring)."""
 
     def __init__(self, outcome_weight: float = 1.0, format_weight: float = 0.0, max_completion_chars: int = 20000,
@@ -133,41 +138,70 @@ class ReasoningGymVerifier:
         self.max_answer_chars = max_answer_chars  # longer answers: status error, never sent to a scorer
 
     def _verdict(self, outcome: float, stated: bool, ambiguous: bool = False, status: str = "ok",
-                 message: str = "") -> Score:
+                 message: str = "", screened: bool = False) -> Score:
         breakdown = {"outcome": outcome, "format": float(stated), "ambiguous": float(ambiguous),
+                     "screened": float(screened),
                      **declare_weights(outcome=self.outcome_weight, format=self.format_weight)}
         reward = self.outcome_weight * outcome + self.format_weight * float(stated) if status == "ok" else 0.0
         return Score(reward=reward, correct=status == "ok" and outcome >= FULL_CREDIT, status=status,
                      breakdown=breakdown, message=message)
 
+    def _error(self, message: str, stated: bool = False) -> tuple[Score, None, None]:
+        return self._verdict(0.0, stated, status="error", message=message), None, None
+
     def _screen(self, completion: str, gold: str) -> tuple[Score | None, dict[str, Any] | None, str | None]:
-        """A verdict reached without the scorer, else the parsed gold and the extracted answer."""
+        """A verdict reached without the scorer, else the parsed gold (its entry read) and the extracted answer."""
         if len(completion) > self.max_completion_chars:
-            return self._verdict(0.0, False, status="error", message=(
-                f"the completion is longer than max_completion_chars={self.max_completion_chars}")), None, None
+            return self._error(f"the completion is longer than max_completion_chars={self.max_completion_chars}")
         try:
             spec = json.loads(gold)
-            if not isinstance(spec.get("family"), str) or not isinstance(spec.get("entry"), str):
-                raise ValueError("it needs a 'family' name and an 'entry' literal")
-        except (ValueError, AttributeError) as e:
-            return self._verdict(0.0, False, status="error", message=f"invalid reasoning-gym gold: {e}"), None, None
+            if not isinstance(spec.get("family"), str) or not isinstance(spec.get("entry"), str) or \
+                    not isinstance(spec.get("answer"), str):
+                raise ValueError("it needs a 'family' name, an 'answer' and an 'entry' literal")
+        except (ValueError, AttributeError, RecursionError) as e:
+            return self._error(f"invalid reasoning-gym gold: {e}")
         found = extract(completion)
         if found.answer is None:
             return self._verdict(0.0, False, ambiguous=found.ambiguous), None, None
         if len(found.answer) > self.max_answer_chars:
-            return self._verdict(0.0, True, status="error", message=(
-                f"the answer is longer than max_answer_chars={self.max_answer_chars}")), None, None
-        if found.answer == spec.get("answer"):
+            return self._error(f"the answer is longer than max_answer_chars={self.max_answer_chars}", stated=True)
+        family = spec["family"]
+        if same(found.answer, spec["answer"], caseless=family in CASELESS):
             return self._verdict(1.0, True), None, None
+        if family not in SCORED:
+            return self._verdict(0.0, True), None, None
+        try:
+            spec["entry"] = read_entry(spec["entry"])
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as e:
+            return self._error(f"invalid reasoning-gym entry: {type(e).__name__}: {str(e)[:80]}", stated=True)
+        refused = screen(family, found.answer, spec["entry"])
+        if refused is not None:
+            return self._verdict(0.0, True, screened=True, message=refused), None, None
         return None, spec, found.answer
 
     def quick_score(self, completion: str, gold: str) -> Score | None:
-        """The verdict when no scorer is needed (no answer, several answers, the reference answer), else None."""
+        """The verdict when no scorer is needed (no answer, several answers, an exact family, a refused answer)."""
         return self._screen(completion, gold)[0]
 
-    def score(self, completion: str, gold: str) -> Score:
-        """The full verdict: the family's scorer on the stated answer (run it in a `VerifierPool`)."""
+    def warm_up(self) -> None:
+        """Build every family's scorer once, before any row (the scoring server's start-up); one that cannot
+        be built (`composite` needs datasets of its own) is left to fail its checks."""
+        from rlvr_factory.domains.reasoning_gym import available_families
+
+        for family in available_families():
+            try:
+                scorer(family)
+            except Exception:  # noqa: BLE001 - reported by the checks that need it
+                continue
+
+    def full_check(self, completion: str, gold: str) -> Score:
+        """The full verdict: the family's scorer on the stated answer (in the scoring sandbox)."""
         quick, spec, answer = self._screen(completion, gold)
         if quick is not None:
             return quick
-        return self._verdict(family_score(spec["family"], answer, read_entry(spec["entry"])), True)
+        family, entry = spec["family"], spec["entry"]
+        if family_score(family, answer, entry) < FULL_CREDIT:
+            return self._verdict(0.0, True)
+        if family in MINIMAL and any(family_score(family, answer[:k], entry) >= FULL_CREDIT for k in range(1, len(answer))):
+            return self._verdict(0.0, True, screened=True, message="a shorter prefix of the moves already solves it")
+        return self._verdict(1.0, True)

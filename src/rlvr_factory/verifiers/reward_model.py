@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlvr_factory.verifiers.isolation import PARSE, ROUTE
 from rlvr_factory.verifiers.score import Score
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,8 @@ class RewardModelVerifier:
     `threads` caps torch's threads in each pool worker (the workers share the CPUs). The model is
     loaded on first use, once per process.
     """
+
+    isolation = PARSE  # tokenised and scored by a network: nothing in the text is evaluated
 
     def __init__(self, path: str, batch_size: int = 64, device: str = "cpu", dtype: str = "float32",
                  standardize: bool = True, threads: int = 1) -> None:
@@ -178,6 +181,8 @@ def combine(verifier: Score, rm: Score, weights: Mapping[str, float]) -> Score:
 class LearnedRewardVerifier:
     """The components behind one `Verifier` (one pool, one job per check): for callers that hold a
     verifier rather than a domain. The learned-reward domain's `verify_batch` is the batched path."""
+
+    isolation = ROUTE  # the inner verifier behind its own boundary, the reward model's forward pass
 
     def __init__(self, verifier: Any, reward_model: RewardModelVerifier, weights: Mapping[str, float]) -> None:
         self.verifier = verifier
