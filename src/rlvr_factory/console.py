@@ -1,10 +1,11 @@
-"""The `rlvr` command line: verification of completions outside the pipeline, and the sandbox.
+"""The `rlvr` command line: verification of completions outside the pipeline, the sandbox, and the reward audit.
 
 (Not named `cli.py`: Kedro loads a package's `cli.py` as its own project commands.)
 
     rlvr verify --domain D --input IN.jsonl|- --output OUT.jsonl|- [--resume] [--allow-errors]
                 [--workers N] [--timeout S] [--strict] [--rounding] [--backend B]
     rlvr sandbox run [--backend B] [--timeout S] [--memory-mb M] [--json] -- CMD ARGS...
+    rlvr audit [--env ENV | --domain D] [--params K=V,...] [--tasks N] [--workers N] [--output PATH]
 
 Each `verify` input row is ``{"id": ..., "completion": "...", "reference": {...}}`` (extra fields
 are kept) with the reference of a task of domain D, as in the `tasks` table: for math domains
@@ -38,6 +39,7 @@ from typing import IO, Any, Callable, Iterator, Sequence
 
 from tqdm.auto import tqdm
 
+from rlvr_factory.audit import command as audit_command
 from rlvr_factory.sandbox import BACKENDS, DEFAULT_BACKEND, Limits, RunResult, Sandbox, SandboxStartError
 from rlvr_factory.verifiers.pool import Verifier, VerifierPool
 
@@ -351,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print one JSON object instead of the output")
     run.add_argument("argv", nargs=argparse.REMAINDER, help="the command and its arguments, after --")
     run.set_defaults(run=sandbox_run)
+    audit_command.add_parser(commands)
     return parser
 
 
@@ -369,7 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("sandbox run needs a command after --")
     try:
         return args.run(args)
-    except UsageError as e:
+    except (UsageError, audit_command.AuditUsageError) as e:
         print(f"rlvr {args.command}: {e}", file=sys.stderr)
         return 2
 

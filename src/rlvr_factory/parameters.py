@@ -17,6 +17,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Mapping
 
+from rlvr_factory.audit import AuditConfig
 from rlvr_factory.distributed import DistributedConfig
 from rlvr_factory.domains.registry import domain_factory
 from rlvr_factory.models.lora import LoraSettings
@@ -88,6 +89,7 @@ class CurateConfig:
     decontamination: TaskDecontaminationConfig = field(default_factory=TaskDecontaminationConfig)  # train vs eval prompts
     validation_from_train: NonNegativeInt = 100  # per domain whose sources have no validation split
     difficulty: DifficultyConfig = field(default_factory=DifficultyConfig)  # difficulty of unlabelled tasks
+    audit: AuditConfig = field(default_factory=AuditConfig)  # the reward audit of every domain and family (rlvr audit)
 
 
 @dataclass(frozen=True)

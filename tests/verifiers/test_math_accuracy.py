@@ -31,6 +31,8 @@ KNOWN_DISAGREEMENTS = {
     "Math-Verify's default (False), so 187 agrees and 186 cannot",
     254: "same gold/pred as row 253 with the opposite expectation (strict=False there); we keep strict variable "
     "comparison, so f(x) != f(y)",
+    30: "'(9+1)' for 10: an operation on numbers left undone restates the question rather than answering it "
+    "(issue 44: a prompt echoed, '\\boxed{12+34}' for 'Compute 12+34', is paid by Math-Verify)",
     **dict.fromkeys(
         (98, 100, 101, 114, 115),
         "an equation chain with a false step ('x = 5+5+1 = 7 = 11', 'z = 3+3 = 2'): Math-Verify keeps the last "
@@ -70,7 +72,7 @@ def test_agrees_with_math_verify_on_its_own_cases():
     rows = _rows("mathverify/cases.jsonl")
     disagreements = _disagreements(MathVerifier(rounding=True), rows)
     agreement = 1 - len(disagreements) / len(rows)
-    assert agreement >= 0.965, f"agreement {agreement:.3f}; disagreements at rows {sorted(disagreements)}"
+    assert agreement >= 0.96, f"agreement {agreement:.3f}; disagreements at rows {sorted(disagreements)}"
     assert disagreements <= set(KNOWN_DISAGREEMENTS), (
         f"new disagreements: {disagreements - set(KNOWN_DISAGREEMENTS)}"
     )

@@ -6,11 +6,12 @@
     report.to_json()                 # data/08_reporting/reward_audit.json, an MLflow artifact
 
 A group is a domain, or each member of a domain that has members (every reasoning-gym family, every domain of a
-mix). For each group the audit takes `tasks_per_group` of its tasks (the first by task id, so the same tasks
-every run) and states every attack of `attacks.task_attacks` the way the domain reads answers (`answer_form`),
+mix). For each group the audit takes `tasks_per_group` of its tasks (spread over its splits and levels, the
+same tasks every run) and states every attack of `attacks.task_attacks` the way the domain reads answers (`answer_form`),
 then scores them all through the run's own verification path (`verification.verify_batch`: the verifier pool,
 the scoring sandbox). A domain's `shared_solutions` names groups where one task's solution can solve another:
-they get no cross-task attack. An attack is *paid* when its outcome (the breakdown's `outcome`, else the reward) is
+they get no cross-task attack. A domain with a `shaped_reward` (a reason: CAD's volume IoU pays overlap by design)
+fails an attack only when the attack is judged correct. An attack is *paid* when its outcome (the breakdown's `outcome`, else the reward) is
 above 0 (for `prose`, when it is above 0 and below 1: credit for length). A code attack that left its canary
 file on this host means something evaluated model output outside the sandbox. A group fails when anything
 was paid or a canary appeared; the curate stage quarantines a failing group's tasks (`curate.audit`).
@@ -28,8 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from rlvr_factory.audit.attacks import KINDS, PARTIAL_ONLY, AnswerForm, Attack, task_attacks
-from rlvr_factory.domains.base import Domain, Task
+from tqdm.auto import tqdm
+
+from rlvr_factory.audit.attacks import KINDS, PARTIAL_ONLY, Attack, task_attacks
+from rlvr_factory.domains.base import AnswerForm, Domain, Task
 from rlvr_factory.schema import PositiveInt
 from rlvr_factory.verifiers.score import Score
 
@@ -42,7 +45,7 @@ EXAMPLE_CHARS = 120
 @dataclass(frozen=True)
 class AuditConfig:
     enabled: bool = True  # attack every domain and family's reward before the run (rlvr audit; curate's audit_rewards)
-    tasks_per_group: PositiveInt = 4  # tasks attacked per domain or task family (the first by task id)
+    tasks_per_group: PositiveInt = 4  # tasks attacked per domain or task family (spread over splits and levels)
     quarantine: bool = True  # hold back the tasks of every domain or family whose reward pays an attack
 
 
@@ -129,11 +132,19 @@ def group_of(domain: Domain, task: Task) -> str:
 
 
 def sample(domain: Domain, tasks: Sequence[Task], per_group: int) -> dict[str, list[Task]]:
-    """The first `per_group` tasks of each group, by task id."""
+    """`per_group` tasks of each group, spread evenly over its tasks ordered by split, difficulty and task id
+    (so every level and split is attacked, and the same tasks every run)."""
     groups: dict[str, list[Task]] = defaultdict(list)
-    for task in sorted(tasks, key=lambda t: t.task_id):
+    for task in sorted(tasks, key=lambda t: (t.split, t.difficulty, t.task_id)):
         groups[group_of(domain, task)].append(task)
-    return {name: group[:per_group] for name, group in sorted(groups.items())}
+    return {name: _spread(group, per_group) for name, group in sorted(groups.items())}
+
+
+def _spread(items: list[Task], count: int) -> list[Task]:
+    """`count` items evenly spaced over `items` (all of them when there are no more)."""
+    if len(items) <= count:
+        return items
+    return [items[round(i * (len(items) - 1) / max(count - 1, 1))] for i in range(count)]
 
 
 def _planned(domain: Domain, chosen: Mapping[str, list[Task]], canaries: Mapping[str, Path]
@@ -170,15 +181,19 @@ def audit(domain: Domain, tasks: Sequence[Task], verify: dict[str, Any], config:
     results = {name: GroupResult(name, tasks=len(group)) for name, group in chosen.items()}
     scratch = Path(tempfile.mkdtemp(prefix="rlvr-audit-"))
     canaries = {name: scratch / f"canary-{i}" for i, name in enumerate(chosen)}
+    shaped = getattr(domain, "shaped_reward", None) is not None
     try:
         planned = _planned(domain, chosen, canaries)
         log.info("reward audit: %d attacks on %d tasks of %d groups", len(planned),
                  sum(map(len, chosen.values())), len(chosen))
-        scores, _ = judge(domain, [a.completion for _, _, a in planned], [t.reference for _, t, _ in planned], verify)
-        for (group, task, attack), score in zip(planned, scores, strict=True):
-            _record(results[group], task, attack, score)
-        for name, result in results.items():
-            result.canary = canaries[name].exists()
+        with tqdm(total=len(planned), desc="reward audit", unit="attack", disable=len(chosen) < 2) as bar:
+            for name in chosen:
+                mine = [(task, attack) for group, task, attack in planned if group == name]
+                scores, _ = judge(domain, [a.completion for _, a in mine], [t.reference for t, _ in mine], verify)
+                for (task, attack), score in zip(mine, scores, strict=True):
+                    _record(results[name], task, attack, score, shaped)
+                results[name].canary = canaries[name].exists()
+                bar.update(len(mine))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return AuditReport(results, config.tasks_per_group, time.monotonic() - started)
@@ -192,17 +207,33 @@ def outcome_of(score: Score) -> float:
     return float(value) if not isinstance(value, str) else score.reward
 
 
-def _record(result: GroupResult, task: Task, attack: Attack, score: Score) -> None:
-    """Count one scored attack in its group's result."""
+def _record(result: GroupResult, task: Task, attack: Attack, score: Score, shaped: bool) -> None:
+    """Count one scored attack in its group's result (with a `shaped` reward, only a verdict of correct pays)."""
     result.tried[attack.kind] += 1
     result.statuses[score.status] += 1
     earned = outcome_of(score)
-    paid = 0 < earned < FULL if attack.kind in PARTIAL_ONLY else earned > 0
+    if shaped:
+        paid = score.status == "ok" and score.correct
+    else:
+        paid = 0 < earned < FULL if attack.kind in PARTIAL_ONLY else earned > 0
     if paid:
         result.paid[attack.kind] += 1
         if len(result.examples) < 5:
             result.examples.append({"task_id": task.task_id, "attack": attack.name, "outcome": round(earned, 4),
                                     "completion": attack.completion[:EXAMPLE_CHARS]})
+
+
+def hold_back(domain: Domain, tasks: Sequence[Task], report: AuditReport) -> tuple[list[Task], list[tuple[Task, str]]]:
+    """The tasks of groups the audit passed, and each task of a failing group with the reason."""
+    failing = report.failing
+    kept, held = [], []
+    for task in tasks:
+        group = group_of(domain, task)
+        if group in failing:
+            held.append((task, f"the reward audit: the {group} reward {failing[group]}"))
+        else:
+            kept.append(task)
+    return kept, held
 
 
 def write_report(report: AuditReport, path: str | Path) -> None:
@@ -212,4 +243,4 @@ def write_report(report: AuditReport, path: str | Path) -> None:
 
 
 __all__ = ["KINDS", "AnswerForm", "Attack", "AuditConfig", "AuditReport", "GroupResult", "answer_form", "audit",
-           "outcome_of", "sample", "write_report"]
+           "hold_back", "outcome_of", "sample", "write_report"]

@@ -8,8 +8,8 @@ answer (its text equals the slot's reference in canonical form, or equals it as 
 | kind | what it states |
 |---|---|
 | `empty` | nothing; only whitespace |
-| `echo` | the prompt itself |
-| `constant` | `0`, `1`, `-1`, `True`, `False`, `yes`, `no`, `None`, `[]`, `{}`, `A` |
+| `echo` | the prompt itself, its last line, all but its first word, each of its math spans |
+| `constant` | `0`, `1`, `-1`, `True`, `False`, `yes`, `no`, `None`, `[]`, `{}`, `A`, `DONE` |
 | `options` | every option the prompt lists (its letters; every number in it) |
 | `hedge` | the reference together with another candidate, in one answer (`g or o`, `o, g`, `g o`, ...) |
 | `blocks` | two answer statements, the reference and another candidate |
@@ -28,18 +28,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
+from rlvr_factory.domains.base import AnswerForm
 from rlvr_factory.verifiers.canonical import canonical, clean, number
 
 KINDS = ("empty", "echo", "constant", "options", "hedge", "blocks", "prose", "prefix", "rounding", "cross_task",
          "code", "huge", "nested", "nonfinite")
 PARTIAL_ONLY = ("prose",)  # kinds that may be paid in full (words around a right answer), never in part
-CONSTANTS = ("0", "1", "-1", "True", "False", "yes", "no", "None", "[]", "{}", "A")
+CONSTANTS = ("0", "1", "-1", "True", "False", "yes", "no", "None", "[]", "{}", "A", "DONE")
 NONFINITE = ("nan", "inf", "-inf", "NaN", "Infinity", "1e999", "-1e999")
 MAX_ECHO_CHARS = 4000
 _OPTION = re.compile(r"(?m)^\s*\(?([A-H])[).:]\s+\S")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\[(.+?)\\\]|\\\((.+?)\\\)", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -49,15 +51,6 @@ class Attack:
     kind: str
     name: str
     completion: str
-
-
-@dataclass(frozen=True)
-class AnswerForm:
-    """How a task's answers are stated: its slots' reference texts (None: the slot has no reference text) and a
-    function from one text per slot to a completion."""
-
-    slots: Mapping[str, str | None]
-    state: Callable[[Mapping[str, str]], str]
 
 
 def code_payloads(canary: str) -> list[str]:
@@ -124,7 +117,7 @@ def _gold_texts(gold: str, others: Sequence[str]) -> list[tuple[str, str, str]]:
 def _plain_texts(prompt: str, canary: str) -> list[tuple[str, str, str]]:
     """(kind, name, text) of every attack that does not need the reference."""
     attacks = [("empty", "empty", ""), ("empty", "whitespace", "  \n\t ")]
-    attacks += [("echo", "echo", prompt[:MAX_ECHO_CHARS])]
+    attacks += [("echo", name, text) for name, text in _echoes(prompt)]
     attacks += [("constant", f"constant:{c}", c) for c in CONSTANTS]
     letters = _OPTION.findall(prompt)
     if len(letters) >= 2:
@@ -138,6 +131,19 @@ def _plain_texts(prompt: str, canary: str) -> list[tuple[str, str, str]]:
                 ("nested", "nested:brackets", "[" * 5000 + "]" * 5000)]
     attacks += [("nonfinite", f"nonfinite:{v}", v) for v in NONFINITE]
     return attacks
+
+
+def _echoes(prompt: str) -> list[tuple[str, str]]:
+    """Parts of the prompt stated as the answer: all of it, its last line, all but its first word (``Compute 2+3``
+    gives ``2+3``), and each of its math spans (the question's own expression)."""
+    lines = [line for line in prompt.strip().splitlines() if line.strip()]
+    parts = {"echo": prompt, "echo:last-line": lines[-1] if lines else "",
+             "echo:after-first-word": prompt.strip().partition(" ")[2]}
+    for i, span in enumerate(_MATH_SPAN.findall(prompt)[:3]):
+        parts[f"echo:math-{i}"] = next(p for p in span if p)
+    seen: set[str] = set()
+    return [(name, text[:MAX_ECHO_CHARS]) for name, text in parts.items()
+            if text.strip() and not (text in seen or seen.add(text))]
 
 
 def _is_right(text: str, gold: str | None) -> bool:

@@ -72,7 +72,18 @@ class Domain(Protocol):
     # Optional, looked up with getattr: `rows()` (the raw, unvalidated task rows of a loaded
     # data set, for the curate stage), `answer_key(completion)` (canonical final answer, for
     # maj@k), `environment(scorer=None)` (a fresh multi-turn `Environment`) and
-    # `tool_demonstration(task)` (a multi-turn SFT demonstration: actions and observations).
+    # `tool_demonstration(task)` (a multi-turn SFT demonstration: actions and observations), `answer_form(task)`
+    # (how the reward audit states an answer: `AnswerForm`).
+
+
+@dataclass(frozen=True)
+class AnswerForm:
+    """How a task's answers are stated, for the reward audit (`rlvr_factory.audit`): each answer slot's reference
+    text (None: the slot has none, as a program's tests) and a function from one text per slot to a completion.
+    A domain may define `answer_form(task)`; without it, its `reference["answer"]` is the one slot."""
+
+    slots: Mapping[str, str | None]
+    state: Callable[[Mapping[str, str]], str]
 
 
 Scorer = Callable[[str, dict[str, Any]], Score | None]  # (answer, task reference) -> verdict, or None: judged later

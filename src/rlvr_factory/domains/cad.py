@@ -25,7 +25,7 @@ from rlvr_factory.cad.csg import Node, parse, to_source
 from rlvr_factory.cad.scripts import to_cadquery
 from rlvr_factory.cad.solid import Measures
 from rlvr_factory.cad.views import differing_views, figure
-from rlvr_factory.domains.base import Domain, Step, Task, draw_split_tasks, member
+from rlvr_factory.domains.base import AnswerForm, Domain, Step, Task, draw_split_tasks, member
 from rlvr_factory.domains.cad_tasks import LEVELS, Part, draw_part
 from rlvr_factory.verifiers.cad import Assessment, CadVerifier
 from rlvr_factory.verifiers.score import Score
@@ -49,6 +49,8 @@ class CadDomain:
 
     name = "cad"
     report_breakdown = ("builds", "iou")  # breakdown entries evaluation averages over greedy completions
+    # the reward audit fails an attack on this domain only when it is judged correct
+    shaped_reward = "the reward is the volume IoU with the target: a part that overlaps it earns that share by design"
     verifier_class = CadVerifier  # the reward, built from the block's `verifier` options (`rlvr verify` too)
 
     def __init__(
@@ -122,6 +124,12 @@ class CadDomain:
     def score(self, completion: str, reference: dict[str, Any]) -> Score:
         """Verify one completion in this process (the pipeline verifies through a worker pool)."""
         return self.verifier.score(completion, self.gold(reference))
+
+    def answer_form(self, task: Task) -> AnswerForm:
+        """How the reward audit states an answer: the program itself; the reference program is the slot's text
+        (so its prefixes, a part with features left out, are attacks), for CSG."""
+        return AnswerForm({"program": task.reference["program"] if self.form == "csg" else None},
+                          lambda texts: texts["program"])
 
     def pretraining_corpus(self, size: int, seed: int, exclude: set[str]) -> list[str]:
         """Programs of freshly drawn parts (`corpus: programs`, like code a model reads on the web), or each after

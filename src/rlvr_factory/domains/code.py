@@ -9,11 +9,12 @@ solution, which `gold` leaves out), and `CodeVerifier` scores completions agains
 
 from __future__ import annotations
 
+import ast
 import json
 import random
 from typing import Any, Mapping
 
-from rlvr_factory.domains.base import Task
+from rlvr_factory.domains.base import AnswerForm, Task
 from rlvr_factory.domains.code_tasks import BUILTIN_TASKS
 from rlvr_factory.domains.loaders import ERROR_KEY, read_records
 from rlvr_factory.verifiers.code import CodeTask, CodeVerifier
@@ -82,6 +83,18 @@ def cycled(documents: list[str], size: int, seed: int) -> list[str]:
     return corpus
 
 
+def python_expression(text: str, limit: int = 10_000) -> str:
+    """`text` itself when it parses as one Python expression (parsing only, at most `limit` characters), else
+    its string literal."""
+    try:
+        if len(text) <= limit and text.strip():
+            ast.parse(text, mode="eval")
+            return text
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        pass
+    return repr(text)
+
+
 class CodeDomain:
     """Python function tasks with tests; the reward runs them in a sandbox (see verifiers/code.py)."""
 
@@ -134,6 +147,13 @@ class CodeDomain:
     def score(self, completion: str, reference: dict[str, Any]) -> Score:
         """Verify one completion in this process's sandbox (the pipeline verifies through a worker pool)."""
         return self.verifier.score(completion, self.gold(reference))
+
+    def answer_form(self, task: Task) -> AnswerForm:
+        """How the reward audit states an answer: a program whose function returns it (as the Python expression
+        it is, when it parses as one, else as a string); a program has no reference answer text."""
+        name = CodeTask.from_reference(task.reference).candidate_names()[0]
+        return AnswerForm({"answer": None}, lambda texts: (
+            f"```python\ndef {name}(*args, **kwargs):\n    return {python_expression(texts['answer'])}\n```"))
 
     def pretraining_corpus(self, size: int, seed: int, exclude: set[str]) -> list[str]:
         """Solved tasks (prompt and solution as one program), none whose prompt is in `exclude`, cycled to `size`."""

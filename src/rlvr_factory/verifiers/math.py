@@ -13,6 +13,8 @@ equations). The grader's rules on top:
   ``minus 5``) reject the answer; a percentage of a fraction is that fraction over 100;
 - an equation whose sides differ (``2+2=5``) is no answer, and several answers or a hedge inside
   one (``5 (or 6)``, ``A or B``) score 0 unless the gold itself lists several parts;
+- a gold that is a plain number is not answered by an operation on numbers left undone (``12+34``,
+  ``(9+1)``, ``\\dbinom{8}{4}``, ``2^{10}``: the question restated, which Math-Verify would evaluate): 0;
 - ``\\pm`` and lists of roots (``x = 1, x = 2``) match a gold of several parts, an inequality
   (``-4 \\le x \\le 0``) matches the interval it describes, repeating decimals are exact.
 
@@ -78,6 +80,8 @@ _PLUS_MINUS = re.compile(r"\\pm|±")
 _RELATION = re.compile(r"(\\leqslant|\\geqslant|\\leq|\\geq|\\le|\\ge|≤|≥|<|>)")
 _INTERVAL_GOLD = re.compile(r"\\infty|\\cup|^\s*[\[(][^\[\]()]*,[^\[\]()]*[\])]\s*$")
 _COMMANDS = re.compile(r"\\[A-Za-z]+")
+# an operation on numbers left undone: 12+34, (9+1), 3 \times 4, 2^{10}, \dbinom{8}{4}, 5!
+_UNEVALUATED = re.compile(r"\d\s*\)?\s*(?:[-+*×÷^]|\\times|\\cdot|\\div)\s*\(?\s*\{?\s*\d|\\[dt]?binom|\d\s*!")
 
 
 def _distinct(values: list[str], tolerance: float, rounding: bool) -> list[str]:
@@ -295,6 +299,9 @@ class MathVerifier(Sandboxed):
             for constant in ([s for s in equation_sides(p) if _constant(s)] for p in parts(predicted)))
         if not several and "=" not in gold_answer and len(equation_sides(predicted)) > 1:
             predicted = equation_sides(predicted)[-1]  # x = 2 + 3 = 5 states 5
+        # a number is answered with a number: `12+34`, `\dbinom{8}{4}` or `2^{10}` restate the question
+        rejected = rejected or (not several and as_number(gold_answer) is not None and as_number(predicted) is None
+                                and bool(_UNEVALUATED.search(predicted)))
         return _Judgement(predicted, gold_answer, found.marked, spam, rejected, several, stated, symbolic_sides)
 
     def _compare_parts(self, judged: _Judgement) -> bool | None:

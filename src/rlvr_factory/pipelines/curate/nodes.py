@@ -6,9 +6,10 @@ import logging
 
 import pandas as pd
 
+from rlvr_factory.audit import AuditConfig, audit, hold_back
 from rlvr_factory.domains import Domain, get_domain, source_rows, tasks_from_frame, tasks_to_frame
 from rlvr_factory.domains.curation import (
-    EVAL_SPLITS, UNLABELLED, curate, difficulty_from_pass_rate, members, quarantine_frame, validate,
+    EVAL_SPLITS, UNLABELLED, curate, difficulty_from_pass_rate, members, quarantine_frame, quarantine_record, validate,
 )
 from rlvr_factory.evaluation import pass_rates
 from rlvr_factory.flywheel import SOURCE as FLYWHEEL
@@ -49,6 +50,29 @@ def curate_tasks(
     quarantine = quarantine_frame(result.quarantined)
     counts = {**result.counts, "tasks_from_flywheel": sum(t.source == FLYWHEEL for t in result.tasks)}
     return tasks_to_frame(result.tasks), quarantine, _report("curate", "row(s)", quarantine, counts)
+
+
+def audit_rewards(tasks: pd.DataFrame, quarantine: pd.DataFrame, domain: dict, curate_params: dict, verify: dict
+                  ) -> tuple[pd.DataFrame, pd.DataFrame, dict, dict]:
+    """The reward audit (`rlvr_factory.audit`) on the curated tasks, when `curate.audit.enabled`: the tasks (those
+    of every domain or family whose reward pays a generic attack moved to the quarantine table, stage
+    `reward_audit`, when `curate.audit.quarantine`), the quarantine table, the report (`reward_audit.json`, an
+    MLflow artifact) and its counts as MLflow metrics (`reward_audit.*`)."""
+    config = AuditConfig(**curate_params["audit"])
+    if not config.enabled:
+        return tasks, quarantine, {"enabled": False}, {}
+    env = get_domain(domain)
+    curated = tasks_from_frame(tasks)
+    report = audit(env, curated, verify, config)
+    log.info("reward audit\n%s", report.table())
+    kept, held = hold_back(env, curated, report) if config.quarantine else (curated, [])
+    if held:
+        tasks = tasks_to_frame(kept)
+        quarantine = pd.concat([quarantine, quarantine_frame([quarantine_record(t, "reward_audit", why) for t, why in held])],
+                               ignore_index=True)
+    counts = {"groups": len(report.groups), "failing_groups": len(report.failing), "quarantined_tasks": len(held),
+              "attacks": sum(sum(g.tried.values()) for g in report.groups.values())}
+    return tasks, quarantine, report.to_json(), {k: {"value": float(v), "step": 0} for k, v in counts.items()}
 
 
 def _report(name: str, what: str, quarantine: pd.DataFrame, counts: dict) -> dict:

@@ -1,13 +1,15 @@
 from kedro.pipeline import Node, Pipeline
 
-from rlvr_factory.pipelines.curate.nodes import curate_preferences, curate_tasks, split_tasks
+from rlvr_factory.pipelines.curate.nodes import audit_rewards, curate_preferences, curate_tasks, split_tasks
 
 
 def create_pipeline() -> Pipeline:
     return Pipeline(
         [
             Node(curate_tasks, ["params:domain", "params:curate", "params:verify", "flywheel_pool"],
-                 ["tasks", "curate_quarantine", "curate_metrics"], name="curate_tasks"),
+                 ["curated_tasks", "curated_quarantine", "curate_metrics"], name="curate_tasks"),
+            Node(audit_rewards, ["curated_tasks", "curated_quarantine", "params:domain", "params:curate", "params:verify"],
+                 ["tasks", "curate_quarantine", "reward_audit", "reward_audit_metrics"], name="audit_rewards"),
             Node(split_tasks, "tasks", ["train_tasks", "validation_tasks", "test_tasks"], name="split_tasks"),
         ]
     )
