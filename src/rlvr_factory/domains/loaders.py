@@ -84,6 +84,9 @@ def read_records(
     saved with `save_to_disk`, a folder of data files, a hub id) goes through `datasets`, with
     `config`, `split` and any other `load_dataset` arguments (e.g. `data_files`).
     """
+    if load_args.get("trust_remote_code"):
+        raise ValueError("trust_remote_code would run the data set's own loading code on this host, outside the "
+                         "sandbox (docs/security.md); load its data files instead (a .jsonl or .parquet path)")
     source = resolve(str(path))
     path = Path(source)
     if path.suffix == ".parquet" or path.name.endswith((".jsonl", ".jsonl.gz")):
