@@ -75,6 +75,7 @@ class Assessment:
     target_measures: Measures
     solid: Manifold | None = None  # the built part, when it passed the gate
     measures: Measures | None = None
+    missing: str | None = None  # what of the target's small features a part whose IoU passes gets wrong
 
 
 @dataclass(frozen=True)
@@ -232,8 +233,8 @@ class CadVerifier:
                                                 f"has {target.measures.components}")
         except (InvalidSolid, _Rejected) as e:
             return Assessment(self._failure(e.status, e.reason, form), target.solid, target.measures)
-        return Assessment(self._scored(built, measures, target, gold, form), target.solid, target.measures,
-                          built.solid, measures)
+        score, missing = self._scored(built, measures, target, gold, form)
+        return Assessment(score, target.solid, target.measures, built.solid, measures, missing)
 
     def _build(self, form: str, source: str) -> Built:
         if form == "csg":
@@ -274,7 +275,8 @@ class CadVerifier:
                      "cad_status": cad_status, "reason": reason, "form": form}
         return Score(reward=0.0, correct=False, status=_SCORE_STATUS.get(cad_status, "ok"), breakdown=breakdown)
 
-    def _scored(self, built: Built, measures: Measures, target: Target, gold: str, form: str) -> Score:
+    def _scored(self, built: Built, measures: Measures, target: Target, gold: str, form: str
+                ) -> tuple[Score, str | None]:
         match = agreement(built.solid, target.solid)
         surface = surface_agreement(built.solid, target.solid, self.surface_tolerance) if self.surface_weight else 0.0
         refine = 1 - self.bbox_weight - self.surface_weight + self.bbox_weight * match.bbox_iou
@@ -286,7 +288,8 @@ class CadVerifier:
                      "reason": reason if missing is None else f"{reason}, but {missing}", "form": form}
         if self.surface_weight:
             breakdown["surface"] = surface
-        return Score(reward=reward, correct=match.iou >= self.correct_iou and missing is None, breakdown=breakdown)
+        return Score(reward=reward, correct=match.iou >= self.correct_iou and missing is None,
+                     breakdown=breakdown), missing
 
     def missing_feature(self, built: Built, target: Target, gold: str) -> str | None:
         """What of the target's small features the part gets wrong: its through-holes (genus), a feature of the
