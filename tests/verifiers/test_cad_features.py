@@ -205,3 +205,24 @@ def script_verifier():
 def test_a_cadquery_plate_is_correct_with_its_hole_and_only_then(script_verifier, script, correct):
     score = verdict(script_verifier, f"```python\nimport cadquery as cq\n{script}\n```", PLATE)
     assert score.breakdown["iou"] >= 0.99 and score.correct is correct, score.breakdown["reason"]
+
+
+@pytest.mark.parametrize("settings,message", [
+    ({"solid_limits": {"max_extent_mm": float("nan")}}, "solid_limits.max_extent_mm must be a finite positive"),
+    ({"solid_limits": {"min_volume_mm3": float("nan")}}, "solid_limits.min_volume_mm3 must be a finite positive"),
+    ({"solid_limits": {"max_triangles": float("inf")}}, "solid_limits.max_triangles must be a positive whole"),
+    ({"csg_limits": {"max_abs": float("nan")}}, "csg_limits.max_abs must be a finite positive"),
+    ({"csg_limits": {"max_nodes": True}}, "csg_limits.max_nodes must be a positive whole"),
+    ({"tessellation_tolerance": float("nan")}, "tessellation_tolerance must be a finite positive"),
+])
+def test_a_nan_limit_is_refused_rather_than_disabling_its_gate(settings, message):
+    with pytest.raises(ValueError, match=message):
+        CadVerifier(**settings)
+
+
+def test_a_nan_turn_limit_is_refused_rather_than_never_ending_the_episode():
+    from rlvr_factory.domains.cad import CadDomain
+
+    for turns in (float("nan"), float("inf"), 2.0, True):
+        with pytest.raises(ValueError, match="max_turns must be at least 1"):
+            CadDomain(max_turns=turns)

@@ -78,8 +78,8 @@ class CadDomain:
         # share of corpus and demonstration programs written as much OpenSCAD code is, with the resolution pinned
         # on curved primitives ($fn=...), which the language refuses: data of mixed quality, as scraped code is
         self.fn_fraction = fn_fraction
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1 (a whole number), got {max_turns!r}")
         self.max_turns = max_turns  # attempts per episode in the multi-turn environment
         settings = dict(verifier or {})
         settings.setdefault("forms", [form])

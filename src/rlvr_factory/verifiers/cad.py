@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -134,10 +133,11 @@ class CadVerifier:
         if not (0 <= bbox_weight and 0 <= surface_weight and bbox_weight + surface_weight < 1):
             raise ValueError("bbox_weight and surface_weight must be >= 0 and sum to less than 1 "
                              f"(they refine the IoU, never replace it); got {bbox_weight}, {surface_weight}")
-        _require_positive({"correct_iou": correct_iou, "feature_tolerance": feature_tolerance,
-                           "max_deviation_mm": max_deviation_mm, "surface_tolerance": surface_tolerance},
-                          {"feature_segments": feature_segments, "max_features": max_features,
-                           "segments": 48 if segments is None else segments})
+        csg.require_positive({"correct_iou": correct_iou, "feature_tolerance": feature_tolerance,
+                              "max_deviation_mm": max_deviation_mm, "surface_tolerance": surface_tolerance,
+                              "tessellation_tolerance": tessellation_tolerance},
+                             {"feature_segments": feature_segments, "max_features": max_features,
+                              "segments": 48 if segments is None else segments, "workspace_mb": workspace_mb})
         if correct_iou > 1:
             raise ValueError(f"correct_iou is an IoU: at most 1, got {correct_iou!r}")
         if "cadquery" in forms:
@@ -333,13 +333,3 @@ class CadVerifier:
             return built.solid
         return build(built.tree, self.feature_segments)
 
-
-def _require_positive(numbers: Mapping[str, float], counts: Mapping[str, int]) -> None:
-    """Refuse settings that are not finite positive numbers, or positive whole numbers for `counts`
-    (a NaN threshold would silently disable its check)."""
-    for name, value in numbers.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise ValueError(f"{name} must be a finite positive number, got {value!r}")
-    for name, count in counts.items():
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ValueError(f"{name} must be a positive whole number, got {count!r}")
