@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 
-from rlvr_factory.cad.csg import parse
+from rlvr_factory.cad.csg import parse, to_source
 from rlvr_factory.cad.scripts import (
     DEFAULT_LIMITS, ScriptFailed, cadquery_available, cadquery_expression, run_script, to_cadquery,
 )
 from rlvr_factory.cad.solid import SolidLimits, agreement, build, check, from_mesh
 from rlvr_factory.domains.cad_tasks import FAMILIES
 from rlvr_factory.sandbox import Limits, Sandbox
+from rlvr_factory.verifiers.cad import Built, CadVerifier
 from tests.sandbox.procs import needs_bwrap
 
 needs_cadquery = pytest.mark.skipif(not cadquery_available(),
@@ -38,7 +40,7 @@ def sandbox():
 
 def test_every_family_built_by_occt_in_the_sandbox_matches_its_manifold3d_target(sandbox):
     """One part per family: the CadQuery translation, run and tessellated in the sandbox, against the CSG target
-    (built with 128 segments, as the verifier does when it accepts CadQuery scripts)."""
+    (built with 128 segments, as the verifier does when it accepts CadQuery scripts): the IoU and every feature."""
     rng = random.Random(0)
     trees = [family(rng).tree for level in sorted(FAMILIES) for family in FAMILIES[level]]
     script = "import cadquery as cq\nresult = cq.Workplane()\n" + "".join(  # one run: CadQuery imports once
@@ -48,8 +50,12 @@ def test_every_family_built_by_occt_in_the_sandbox_matches_its_manifold3d_target
     built = from_mesh(mesh.vertices, mesh.triangles, SolidLimits(max_extent_mm=10_000))
     pieces = sorted(built.decompose(), key=lambda p: p.bounding_box()[0])
     assert len(pieces) == len(trees)
+    verifier = CadVerifier(forms=["csg", "cadquery"])
     for i, (tree, piece) in enumerate(zip(trees, pieces)):
         assert agreement(piece, build(tree, segments=128).translate((300 * i, 0, 0))).iou > 0.99, tree
+        gold = json.dumps({"program": to_source(tree)})  # and OCCT's tessellation misses no feature of the target
+        assert verifier.missing_feature(Built(piece.translate((-300 * i, 0, 0)), None), verifier.target(gold),
+                                        gold) is None, tree
 
 
 @pytest.mark.parametrize("script,status,fragment", [

@@ -15,6 +15,7 @@ from rlvr_factory.cad.csg import parse
 from rlvr_factory.cad.scripts import cadquery_available
 from rlvr_factory.domains import Environment, get_domain, tasks_from_frame, tasks_to_frame
 from rlvr_factory.domains.cad import CadDomain, CadEnvironment, part_view_figures
+from rlvr_factory.domains.base import Task
 from rlvr_factory.domains.cad_tasks import FAMILIES, draw_part
 from rlvr_factory.domains.mix import DomainMix
 from tests.sandbox.procs import needs_bwrap
@@ -229,3 +230,15 @@ def test_rlvr_verify_scores_cad_rows_and_names_a_bad_reference(tmp_path, tasks):
     assert not out["covering"]["correct"] and out["covering"]["reward"] < 0.01
     assert out["unparsed"]["breakdown"]["cad_status"] == "parse_error" and "column" in out["unparsed"]["breakdown"]["reason"]
     assert out["no_program"]["status"] == "error" and "program" in out["no_program"]["message"]
+
+
+def test_a_part_missing_only_a_small_feature_is_told_which_and_the_episode_goes_on():
+    """The largest plate without its smallest hole: IoU 0.997, views alike at 64 x 64, but not the part."""
+    domain = CadDomain(splits={"test": 1}, levels=[2])
+    env = domain.environment()
+    program = "difference(){cube([80,60,10]);translate([40,30,0])cylinder(h=10,r=2);}"
+    env.reset(Task("plate", "cad", "A plate ...", {"program": program, "family": "plate_with_hole"}, 2, "test", ""))
+    step = env.step("cube([80,60,10]);")
+    assert not step.done and not step.score.correct and step.score.breakdown["iou"] > 0.99
+    assert ("It is not yet the requested part: its genus (through-holes) is 0 where the target's is 1"
+            in step.observation)

@@ -1,7 +1,6 @@
 """Preference records in the common formats map to one contract: prompt, chosen, rejected, margin."""
 
 import json
-import math
 
 import pandas as pd
 import pytest
@@ -13,7 +12,7 @@ from rlvr_factory.preferences.formats import detect_format
 def test_native_rows_keep_their_fields_and_margin():
     row = record_to_pair({"prompt": "Say hi", "chosen": "Hi!", "rejected": "No.", "margin": 2, "kind": "rude"})
     assert row == {"prompt": "Say hi", "chosen": "Hi!", "rejected": "No.", "margin": 2.0, "kind": "rude"}
-    assert math.isnan(record_to_pair({"prompt": "a", "chosen": "b", "rejected": "c"})["margin"])
+    assert record_to_pair({"prompt": "a", "chosen": "b", "rejected": "c"})["margin"] is None  # not given
 
 
 def test_ultrafeedback_binarized_rows_strip_the_prompt_turn_and_take_the_score_gap():
@@ -32,7 +31,7 @@ def test_trl_conversational_rows_with_a_message_prompt_or_none():
                    "chosen": [{"role": "assistant", "content": "Hello"}],
                    "rejected": [{"role": "assistant", "content": "Go away"}]}
     row = record_to_pair(with_prompt)
-    assert (row["prompt"], row["chosen"], row["rejected"]) == ("Hi", "Hello", "Go away") and math.isnan(row["margin"])
+    assert (row["prompt"], row["chosen"], row["rejected"]) == ("Hi", "Hello", "Go away") and row["margin"] is None
     implicit = {"chosen": [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"},
                            {"role": "user", "content": "Q2"}, {"role": "assistant", "content": "good"}],
                 "rejected": [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"},
@@ -68,7 +67,7 @@ def test_hh_rlhf_transcripts_split_at_the_last_assistant_turn():
     ({"prompt": "p", "chosen": 3, "rejected": "r"}, "'chosen' must be a string"),
     ({"chosen": [{"role": "assistant"}], "rejected": []}, "list of {role, content} messages"),
     ({"chosen": "\n\nHuman: a\n\nAssistant: b", "rejected": "\n\nHuman: other\n\nAssistant: c"}, "differ before"),
-    ({"prompt": "p", "chosen": "a", "rejected": "b", "margin": "lots"}, "could not convert"),
+    ({"prompt": "p", "chosen": "a", "rejected": "b", "margin": "lots"}, "margin: expected a finite number"),
 ])
 def test_records_that_fit_no_format_raise_with_the_reason(record, match):
     with pytest.raises(ValueError, match=match):
@@ -101,3 +100,57 @@ def test_ultrafeedback_parquet_and_a_saved_hh_rlhf_dataset_load_as_pairs(tmp_pat
     assert by_split["train"]["margin"] == 5.0
     assert by_split["validation"]["chosen"].strip() == "Hello!" and by_split["validation"]["rejected"].strip() == "Go away."
     assert "Hi?" in by_split["validation"]["prompt"]
+
+
+# -- red team: every number a record gives is a finite number, or the record is refused with the reason --
+
+NATIVE = {"prompt": "p", "chosen": "a", "rejected": "b"}
+CONVERSATIONAL = {"prompt": "p", "chosen": [{"role": "assistant", "content": "a"}],
+                  "rejected": [{"role": "assistant", "content": "b"}]}
+
+
+@pytest.mark.parametrize("margin", [float("nan"), float("inf"), float("-inf"), "NaN", "Infinity", True, -2])
+def test_a_margin_that_is_not_a_finite_non_negative_number_is_refused(margin):
+    with pytest.raises(ValueError, match="margin"):
+        record_to_pair({**NATIVE, "margin": margin})
+
+
+@pytest.mark.parametrize("scores,match", [
+    ((float("nan"), 1.0), "score_chosen: expected a finite number"),
+    ((9.0, float("inf")), "score_rejected: expected a finite number"),
+    ((True, 0), "score_chosen: expected a finite number"),
+    (("9", 1), "score_chosen: expected a finite number"),
+    ((1e308, -1e308), "score_chosen - score_rejected: margin: expected a finite number"),
+    ((2.0, 7.0), "score_chosen - score_rejected: margin: -5 lies outside"),  # the scores prefer the rejected one
+])
+def test_scores_that_are_not_finite_or_prefer_the_rejected_reply_are_refused(scores, match):
+    with pytest.raises(ValueError, match=match):
+        record_to_pair({**CONVERSATIONAL, "score_chosen": scores[0], "score_rejected": scores[1]})
+
+
+@pytest.mark.parametrize("rating", [float("nan"), float("inf"), True, "10"])
+def test_a_rating_that_is_not_a_finite_number_is_refused_not_sorted(rating):
+    record = {"instruction": "Write a haiku", "completions": [
+        {"response": "best", "overall_score": 9.0}, {"response": "odd", "overall_score": rating},
+        {"response": "worst", "overall_score": 2.0}]}
+    with pytest.raises(ValueError, match="completion 1's overall_score: expected a finite number"):
+        record_to_pair(record)
+
+
+@pytest.mark.parametrize("record", [["prompt", "chosen"], "a pair", 3, None])
+def test_a_record_that_is_not_an_object_is_refused(record):
+    with pytest.raises(ValueError, match="must be an object"):
+        record_to_pair(record)
+
+
+def test_a_record_nested_too_deeply_is_refused_not_a_crash():
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(ValueError, match="nested too deeply"):
+        record_to_pair({**NATIVE, "extra": deep})
+
+
+def test_a_rated_completion_that_is_not_an_object_is_refused():
+    with pytest.raises(ValueError, match="completion 1 must be an object"):
+        record_to_pair({"instruction": "i", "completions": [{"response": "a", "score": 1}, "b"]})

@@ -76,3 +76,10 @@ def test_a_domain_without_flawed_demonstrations_says_to_give_preference_data():
 def test_bad_settings_are_refused(kwargs):
     with pytest.raises(ValueError):
         SyntheticPairs(**kwargs)
+
+
+@pytest.mark.parametrize("flaws", [{"direct": float("nan")}, {"direct": float("inf")}, {"direct": True},
+                                   {"direct": 1.0, "slip": "2"}])
+def test_flaw_weights_must_be_finite_numbers(flaws):
+    with pytest.raises(ValueError, match="flaws"):
+        SyntheticPairs(flaws=flaws)

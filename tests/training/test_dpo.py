@@ -63,3 +63,16 @@ def test_bad_settings_are_refused():
         DPOConfig(loss="kto")
     with pytest.raises(ValueError, match="dpo loss only"):
         DPOConfig(loss="ipo", label_smoothing=0.1)
+
+
+@pytest.mark.parametrize("settings,match", [
+    ({"beta": float("nan")}, "beta: expected a finite number"),
+    ({"beta": float("inf")}, "beta: expected a finite number"),
+    ({"beta": 0.0}, "beta must be > 0"),
+    ({"label_smoothing": float("nan")}, "label_smoothing: expected a finite number"),
+    ({"label_smoothing": 0.5}, "label_smoothing must be >= 0 and < 0.5"),
+    ({"eval_batch_size": True}, "eval_batch_size must be a whole number"),
+])
+def test_non_finite_or_out_of_range_loss_settings_are_refused_by_name(settings, match):
+    with pytest.raises(ValueError, match=match):
+        DPOConfig(**settings)

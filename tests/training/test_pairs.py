@@ -106,3 +106,27 @@ def test_bad_loop_settings_are_refused():
             PairTrainConfig(**kwargs)
     with pytest.raises(ValueError, match="no training pairs"):
         train_on_pairs(make_tiny_policy(), [], PairTrainConfig(), lambda *a: {}, desc="x")
+
+
+@pytest.mark.parametrize("settings,match", [
+    ({"lr": float("nan")}, "lr: expected a finite number"),
+    ({"lr": float("inf")}, "lr: expected a finite number"),
+    ({"lr": 0.0}, "lr must be > 0"),
+    ({"max_grad_norm": float("nan")}, "max_grad_norm: expected a finite number"),
+    ({"weight_decay": float("-inf")}, "weight_decay: expected a finite number"),
+    ({"steps": True}, "steps must be a whole number >= 1"),
+    ({"batch_size": 8.0}, "batch_size must be a whole number >= 1"),
+    ({"eval_every": float("nan")}, "eval_every must be a whole number >= 0"),
+])
+def test_non_finite_or_mistyped_loop_settings_are_refused_by_name(settings, match):
+    with pytest.raises(ValueError, match=match):
+        PairTrainConfig(**settings)
+
+
+@pytest.mark.parametrize("margin", [float("inf"), float("-inf"), -1.0, True])
+def test_a_margin_that_is_not_finite_never_reaches_the_loss(margin):
+    from rlvr_factory.training.pairs import EncodedPair
+
+    with pytest.raises(ValueError, match="pair 'p': margin"):
+        EncodedPair("p", [1], [2], [3], margin)
+    assert EncodedPair("p", [1], [2], [3], float("nan")).kind == ""  # NaN: no margin, read as 0 by the loss

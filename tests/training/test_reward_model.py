@@ -194,3 +194,24 @@ def test_an_unknown_head_is_refused_by_name():
     policy = make_tiny_policy()
     with pytest.raises(ValueError, match="beta > 0"):
         ImplicitRewardModel(policy.model, policy.model, beta=0.0)
+
+
+@pytest.mark.parametrize("params,match", [
+    ({"use_margin": "false"}, "use_margin must be true or false"),
+    ({"drop_highest_loss": float("nan")}, "drop_highest_loss: expected a finite number"),
+    ({"drop_highest_loss": 1.0}, "drop_highest_loss must be >= 0 and < 1"),
+    ({"eval_batch_size": 0}, "eval_batch_size must be a whole number >= 1"),
+    ({"train": {"lr": float("nan")}}, "lr: expected a finite number"),
+])
+def test_non_finite_or_mistyped_reward_model_settings_are_refused_by_name(params, match):
+    with pytest.raises(ValueError, match=match):
+        RewardModelConfig.from_params(params)
+
+
+def test_an_implicit_reward_needs_a_finite_beta():
+    from rlvr_factory.models.reward_model import ImplicitRewardModel
+
+    policy = make_tiny_policy()
+    for beta in (float("inf"), float("nan"), True):
+        with pytest.raises(ValueError, match="finite beta > 0"):
+            ImplicitRewardModel(policy.model, policy.model, beta=beta)

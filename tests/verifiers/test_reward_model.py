@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import pytest
@@ -198,3 +199,29 @@ def test_a_learned_reward_needs_its_model_and_the_prompt_in_the_reference(rm_pat
     domain = get_domain({**ARITHMETIC, "reward": "model", "reward_model": {"path": rm_path}})
     with pytest.raises(ValueError, match="run the curate stage again"):
         domain.gold({"answer": "3"})
+
+
+# -- red team: a number that is not finite never enters a reward --
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_component_whose_reward_is_not_finite_fails_the_sample_instead_of_entering_the_sum(bad):
+    weights = parse_weights({"verifier": 1.0, "rm": 0.5})
+    from_verifier = combine(Score(bad, True), Score(0.3, False, "ok", {"rm": 0.3}), weights)
+    from_rm = combine(Score(1.0, True), Score(bad, False, "ok", {"rm": bad}), weights)
+    for verdict in (from_verifier, from_rm):
+        assert verdict.status == "error" and verdict.reward == 0.0
+        assert all(math.isfinite(v) for k, v in verdict.breakdown.items() if k in ("verifier", "rm"))
+
+
+@pytest.mark.parametrize("reward", [{"rm": True}, {"verifier": 1.0, "rm": "0.5"}, {"rm": float("nan")},
+                                    {"verifier": float("inf"), "rm": 1.0}, {"verifier": True, "rm": 1}])
+def test_component_weights_must_be_finite_numbers_not_bools_or_strings(reward):
+    with pytest.raises(ValueError, match="domain.reward must be"):
+        parse_weights(reward)
+
+
+@pytest.mark.parametrize("settings", [{"batch_size": True}, {"batch_size": 2.5}, {"threads": float("nan")},
+                                      {"standardize": "false"}])
+def test_reward_model_settings_are_refused_unless_whole_numbers_and_booleans(settings):
+    with pytest.raises(ValueError, match="reward_model."):
+        RewardModelVerifier("unused", **settings)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Iterator, Union
+from typing import Any, Iterator, Mapping, Union
 
 PRIMITIVES = ("cube", "cylinder", "sphere")
 TRANSFORMS = ("translate", "rotate")
@@ -33,6 +33,17 @@ BOOLEANS = ("union", "difference", "intersection")
 KEYWORDS = PRIMITIVES + TRANSFORMS + BOOLEANS
 
 Vector = tuple[float, float, float]
+
+
+def require_positive(numbers: Mapping[str, Any], counts: Mapping[str, Any]) -> None:
+    """Refuse settings that are not finite positive numbers, or (`counts`) positive whole numbers: a NaN
+    bound compares false with everything, so it would silently disable its check."""
+    for name, value in numbers.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{name} must be a finite positive number, got {value!r}")
+    for name, count in counts.items():
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"{name} must be a positive whole number, got {count!r}")
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,10 @@ class CsgLimits:
     max_nodes: int = 200  # primitives, transforms and booleans together
     max_depth: int = 24  # nesting of transforms and booleans
     max_abs: float = 10_000.0  # largest magnitude of any number (mm or degrees)
+
+    def __post_init__(self) -> None:
+        require_positive({"csg_limits.max_abs": self.max_abs},
+                         {f"csg_limits.{k}": getattr(self, k) for k in ("max_chars", "max_nodes", "max_depth")})
 
 
 class CsgError(ValueError):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import manifold3d
 import numpy as np
 
-from rlvr_factory.cad.csg import Combine, Cube, Cylinder, Node, Rotate, Sphere, Translate
+from rlvr_factory.cad.csg import Combine, Cube, Cylinder, Node, Rotate, Sphere, Translate, require_positive
 
 Manifold = manifold3d.Manifold
 _OPS = {"union": manifold3d.OpType.Add, "difference": manifold3d.OpType.Subtract,
@@ -34,6 +34,12 @@ class SolidLimits:
     max_triangles: int = 200_000  # mesh size of the part
     min_volume_mm3: float = 1e-3  # smaller volumes are a degenerate (zero-volume) shell
     winding_rays: int = 24  # rays per axis side when admitting a foreign mesh (24 x 24 per axis)
+
+    def __post_init__(self) -> None:
+        require_positive({"solid_limits.max_extent_mm": self.max_extent_mm,
+                          "solid_limits.min_volume_mm3": self.min_volume_mm3},
+                         {"solid_limits.max_triangles": self.max_triangles,
+                          "solid_limits.winding_rays": self.winding_rays})
 
 
 class InvalidSolid(ValueError):

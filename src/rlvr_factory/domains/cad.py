@@ -80,8 +80,8 @@ class CadDomain:
         # share of corpus and demonstration programs written as much OpenSCAD code is, with the resolution pinned
         # on curved primitives ($fn=...), which the language refuses: data of mixed quality, as scraped code is
         self.fn_fraction = fn_fraction
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1 (a whole number), got {max_turns!r}")
         self.max_turns = max_turns  # attempts per episode in the multi-turn environment
         settings = dict(verifier or {})
         settings.setdefault("forms", [form])
@@ -149,8 +149,8 @@ class CadDomain:
 
 
 def describe_attempt(assessment: Assessment, views: dict[str, float] | None = None) -> str:
-    """The measured report of an attempt: what was built (volume, bounding box, IoU) and which views differ,
-    or why nothing was built."""
+    """The measured report of an attempt: what was built (volume, bounding box, IoU), the small feature it gets
+    wrong when its IoU alone would pass, and which views differ; or why nothing was built."""
     breakdown = assessment.score.breakdown
     if assessment.measures is None:
         return f"Your program did not build a valid part ({breakdown['cad_status']}): {breakdown['reason']}"
@@ -161,6 +161,8 @@ def describe_attempt(assessment: Assessment, views: dict[str, float] | None = No
         f"y {box[1]:.1f}..{box[4]:.1f}, z {box[2]:.1f}..{box[5]:.1f} mm, {m.components} piece(s).",
         f"Volume IoU with the requested part: {breakdown['iou']:.3f}.",
     ]
+    if assessment.missing is not None:
+        lines.append(f"It is not yet the requested part: {assessment.missing}.")
     if views:
         shown = ", ".join(f"{view} ({100 * fraction:.0f}% of pixels)" for view, fraction in views.items())
         lines.append(f"Views that differ from the requested part: {shown}.")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 
 from rlvr_factory.models.lora import is_lora, merged_copy, served_model
 from rlvr_factory.models.policy import Policy, freeze, load_policy
+from rlvr_factory.preferences.contract import finite_number
 
 
 def _with_pad(policy: Policy) -> Policy:
@@ -43,6 +45,32 @@ def _with_pad(policy: Policy) -> Policy:
 HEADS = ("scalar", "implicit")
 IMPLICIT_KEY = "implicit_reward"  # an implicit reward model's config record: {"beta": ..., "reference": dir}
 REFERENCE_DIR = "reference"
+STATS_KEY = "reward_stats"  # the config's record of the held-out reward mean and std: {"mean": ..., "std": ...}
+
+
+def reward_stats(mean: Any, std: Any, where: str) -> dict[str, float]:
+    """The statistics record `{mean, std}` a reward model is standardised by: both finite numbers, `std` > 0.
+    Anything else is refused (ValueError naming `where` and the key): a NaN or infinite mean or std would
+    turn every reward into NaN or 0, a negative std would flip every reward."""
+    for key, value in (("mean", mean), ("std", std)):
+        try:
+            number = finite_number(value, f"{where}: {STATS_KEY}.{key}")
+        except ValueError as e:
+            raise ValueError(f"{e}; retrain the reward model, or correct or remove {STATS_KEY}") from None
+        if key == "std" and number <= 0:
+            raise ValueError(f"{where}: {STATS_KEY}.std is {value!r}; the spread of the rewards must be > 0 (a "
+                             f"reward model that gives every completion the same reward ranks nothing)")
+    return {"mean": float(mean), "std": float(std)}
+
+
+def saved_reward_stats(config: Any, where: str) -> dict[str, float]:
+    """The statistics a reward model's config records (empty when it records none), checked as `reward_stats`."""
+    record = getattr(config, STATS_KEY, None)
+    if record is None:
+        return {}
+    if not isinstance(record, dict) or set(record) != {"mean", "std"}:
+        raise ValueError(f"{where}: {STATS_KEY} must be {{\"mean\": <number>, \"std\": <number > 0>}}, got {record!r}")
+    return reward_stats(record["mean"], record["std"], where)
 
 
 class ImplicitRewardModel(torch.nn.Module):
@@ -55,8 +83,8 @@ class ImplicitRewardModel(torch.nn.Module):
 
     def __init__(self, policy: torch.nn.Module, reference: torch.nn.Module, beta: float) -> None:
         super().__init__()
-        if not beta > 0:
-            raise ValueError(f"an implicit reward needs beta > 0, got {beta}")
+        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < math.inf:
+            raise ValueError(f"an implicit reward needs a finite beta > 0, got {beta!r}")
         self.policy = policy
         self.reference = freeze(reference)
         self.beta = float(beta)
@@ -140,13 +168,16 @@ def reward_model_from_policy(policy: Policy, seed: int = 0, head: str = "scalar"
 
 def load_reward_model(path: str, device: str = "auto", dtype: str = "float32") -> Policy:
     """A reward model from an HF directory or hub id: an implicit one when its config records
-    `implicit_reward`, else a sequence classifier; a classifier with more than one label is refused."""
+    `implicit_reward`, else a sequence classifier. Refused: a classifier with more than one label,
+    and reward statistics that are not finite or give a non-positive std (`reward_stats`)."""
     if implicit_record(path) is not None:
-        return _with_pad(load_policy(path, device=device, dtype=dtype, model_class=ImplicitRewardModel))
-    policy = load_policy(path, device=device, dtype=dtype, model_class=AutoModelForSequenceClassification)
-    if policy.model.config.num_labels != 1:
-        raise ValueError(f"{path} is a classifier with {policy.model.config.num_labels} labels; a reward model "
-                         "has one (load it with num_labels=1 and train it on pairs)")
+        policy = load_policy(path, device=device, dtype=dtype, model_class=ImplicitRewardModel)
+    else:
+        policy = load_policy(path, device=device, dtype=dtype, model_class=AutoModelForSequenceClassification)
+        if policy.model.config.num_labels != 1:
+            raise ValueError(f"{path} is a classifier with {policy.model.config.num_labels} labels; a reward model "
+                             "has one (load it with num_labels=1 and train it on pairs)")
+    saved_reward_stats(policy.model.config, str(Path(path) / "config.json"))
     return _with_pad(policy)
 
 

@@ -1,17 +1,24 @@
-"""Curation of preference pairs: validate, deduplicate, decontaminate, carve a validation split.
+"""Curation of preference pairs: validate, refuse contradictions, deduplicate, decontaminate, carve a
+validation split.
 
 The same machinery as task curation (`domains.curation`), applied to pairs: every removed row
-goes to the quarantine table (`PAIR_QUARANTINE_COLUMNS`) with the step and the reason. A pair
-is refused when a field is missing or empty, when chosen and rejected are identical, when its
-margin is not a finite number, or when prompt and completion together are longer than the
-model's context. Of duplicate pairs the evaluation copy is kept; a train pair whose prompt is
-an evaluation prompt (of the tasks or of the held-out pairs), or shares `threshold` of its word
-n-grams with one, is removed.
+goes to the quarantine table (`PAIR_QUARANTINE_COLUMNS`) with the step and the reason; no row
+crashes the stage. A pair is refused when a field is missing or empty, when chosen and rejected
+are the same text as a reader sees it (`canonical`: Unicode NFKC, invisible characters dropped,
+case and whitespace ignored), when its margin breaks the contract (`contract.margin_value`: a
+bool, a string, NaN, an infinity, a negative or huge number), or when prompt and completion
+together are longer than the model's context. A pair whose reverse is also present (the same
+prompt, chosen and rejected swapped) is removed with it: the data contradicts itself. Of
+duplicate pairs the evaluation copy is kept; a train pair whose prompt is an evaluation prompt
+(of the tasks or of the held-out pairs), or shares `threshold` of its word n-grams with one, is
+removed. Every comparison reads `canonical` text, so invisible characters hide nothing.
 """
 
 from __future__ import annotations
 
-import math
+import re
+import unicodedata
+from collections import defaultdict
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -22,49 +29,62 @@ from rlvr_factory.domains.curation import (
     EVAL_SPLITS, SPLITS, carve_validation, decontaminate, deduplicate, normalise_prompt, quarantine_record,
     validate_unique,
 )
-from rlvr_factory.preferences.contract import PreferencePair
+from rlvr_factory.preferences.contract import PreferencePair, margin_value
 
 PAIR_QUARANTINE_COLUMNS = ["pair_id", "domain", "split", "stage", "reason", "row"]
 TokenCounter = Callable[[str, str], int]  # (prompt, completion) -> tokens the model reads
+# Unicode's default-ignorable code points outside the format category: fillers and selectors that render as nothing
+_IGNORABLE = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufe00-\ufe0f\uffa0"
+                        "\U000e0100-\U000e01ef]")
 
 
-def _quarantine(row: Mapping[str, Any] | PreferencePair, stage: str, reason: str) -> dict[str, Any]:
+def canonical(text: str) -> str:
+    """Text as a reader sees it: Unicode NFKC, invisible characters dropped (format characters such as
+    zero-width spaces and joiners, BOM and bidi marks, and fillers), case folded, whitespace runs as one space."""
+    visible = "".join(c for c in unicodedata.normalize("NFKC", text) if unicodedata.category(c) != "Cf")
+    return " ".join(_IGNORABLE.sub("", visible).casefold().split())
+
+
+def _quarantine(row: Any, stage: str, reason: str) -> dict[str, Any]:
     """One row of the preference quarantine table (a task quarantine record keyed by the pair id)."""
-    raw = asdict(row) if isinstance(row, PreferencePair) else dict(row)
+    if isinstance(row, PreferencePair):
+        raw = asdict(row)
+    else:
+        raw = dict(row) if isinstance(row, Mapping) else {"value": repr(row)[:2000]}
     record = quarantine_record(raw, stage, reason)
     del record["task_id"]
     return {"pair_id": str(raw.get("pair_id")), **record}
 
 
-def _margin(value: Any) -> float | None:
-    """The margin as a float (NaN: none given), or None when it is not a number or infinite."""
-    if value is None:
-        return math.nan
-    try:
-        margin = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isinf(margin) else margin
+def _text_problem(row: Mapping[str, Any]) -> str | None:
+    for key in ("pair_id", "prompt", "chosen", "rejected", "split"):
+        if not isinstance(row.get(key), str):
+            return f"{key}: expected a string, got {type(row.get(key)).__name__}"
+        if not canonical(row[key]):
+            return f"{key}: empty"  # whitespace and invisible characters count as nothing
+    if canonical(row["chosen"]) == canonical(row["rejected"]):
+        return ("chosen and rejected are identical (up to case, whitespace, Unicode form and invisible "
+                "characters): the pair states no preference")
+    if row["split"] not in SPLITS:
+        return f"split: {row['split']!r} is not one of {list(SPLITS)}"
+    return None
 
 
 def validate_pair_row(
-    row: Mapping[str, Any], count_tokens: TokenCounter | None = None, max_tokens: int | None = None
+    row: Any, count_tokens: TokenCounter | None = None, max_tokens: int | None = None
 ) -> tuple[PreferencePair | None, str | None]:
-    """The row as a PreferencePair, or None and what breaks the pair contract."""
+    """The row as a PreferencePair, or None and what breaks the pair contract (never an exception)."""
+    if not isinstance(row, Mapping):
+        return None, f"a pair row must be an object, got {type(row).__name__}"
     if row.get("_error"):
         return None, str(row["_error"])
-    for key in ("pair_id", "prompt", "chosen", "rejected", "split"):
-        if not isinstance(row.get(key), str):
-            return None, f"{key}: expected a string, got {type(row.get(key)).__name__}"
-        if not row[key].strip():
-            return None, f"{key}: empty"
-    if row["chosen"].strip() == row["rejected"].strip():
-        return None, "chosen and rejected are identical: the pair states no preference"
-    if row["split"] not in SPLITS:
-        return None, f"split: {row['split']!r} is not one of {list(SPLITS)}"
-    margin = _margin(row.get("margin"))
-    if margin is None:
-        return None, f"margin: expected a finite number or none, got {row.get('margin')!r}"
+    problem = _text_problem(row)
+    if problem is not None:
+        return None, problem
+    try:
+        margin = margin_value(row.get("margin"))
+    except ValueError as e:
+        return None, str(e)
     if count_tokens is not None and max_tokens is not None:
         for key in ("chosen", "rejected"):
             tokens = count_tokens(row["prompt"], row[key])
@@ -88,9 +108,26 @@ def _keep(pairs: Sequence[PreferencePair], kept: Iterable[Task]) -> list[Prefere
     return [p for p in pairs if p.pair_id in ids]
 
 
+def remove_contradictions(pairs: Sequence[PreferencePair]) -> tuple[list[PreferencePair], list[dict]]:
+    """Pairs whose reverse is also present (the same prompt with chosen and rejected swapped, read as
+    `canonical` text) are removed, both ways, each naming a pair it contradicts."""
+    by_text: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    texts = {p.pair_id: (canonical(p.prompt), canonical(p.chosen), canonical(p.rejected)) for p in pairs}
+    for pair_id, (prompt, chosen, rejected) in texts.items():
+        by_text[(prompt, chosen, rejected)].append(pair_id)
+    reverse = {pair_id: by_text.get((prompt, rejected, chosen))
+               for pair_id, (prompt, chosen, rejected) in texts.items()}
+    removed = [_quarantine(p, "contradiction", f"pair {reverse[p.pair_id][0]!r} prefers the rejected completion to "
+                                               "the chosen one for the same prompt: the two contradict each other")
+               for p in pairs if reverse[p.pair_id]]
+    return [p for p in pairs if not reverse[p.pair_id]], removed
+
+
 def deduplicate_pairs(pairs: Sequence[PreferencePair]) -> tuple[list[PreferencePair], list[dict]]:
-    """One pair per (prompt, chosen, rejected), exact and normalised; of duplicates the evaluation copy."""
-    kept, removed = deduplicate([_as_task(p, "\n\n".join((p.prompt, p.chosen, p.rejected))) for p in pairs])
+    """One pair per (prompt, chosen, rejected), exact and normalised (of `canonical` text); of duplicates the
+    evaluation copy."""
+    kept, removed = deduplicate([_as_task(p, "\n\n".join(canonical(t) for t in (p.prompt, p.chosen, p.rejected)))
+                                 for p in pairs])
     by_id = {p.pair_id: p for p in pairs}
     return _keep(pairs, kept), [_quarantine(by_id[r["task_id"]], "deduplicate", r["reason"]) for r in removed]
 
@@ -101,17 +138,18 @@ def decontaminate_pairs(
     """Train pairs whose prompt is, or shares `threshold` of its word n-grams with, an evaluation prompt
     (`eval_prompts` and the prompts of the held-out pairs) are removed, with the evaluation prompt named."""
     held_out = [*eval_prompts, *(p.prompt for p in pairs if p.split in EVAL_SPLITS)]
-    exact = {normalise_prompt(prompt): prompt for prompt in held_out}
+    exact = {normalise_prompt(canonical(prompt)): prompt for prompt in held_out}
     removed, candidates = [], []
     for pair in pairs:
-        if pair.split == "train" and normalise_prompt(pair.prompt) in exact:
-            removed.append(_quarantine(pair, "decontaminate",
-                                       f"prompt is the evaluation prompt {exact[normalise_prompt(pair.prompt)][:80]!r}"))
+        key = normalise_prompt(canonical(pair.prompt))
+        if pair.split == "train" and key in exact:
+            removed.append(_quarantine(pair, "decontaminate", f"prompt is the evaluation prompt {exact[key][:80]!r}"))
         else:
             candidates.append(pair)
     # one domain for all, so a pair is checked against every evaluation prompt whatever its domain
-    evaluation = [Task(f"\0eval-{i}", "", prompt, {}, 1, "test", "") for i, prompt in enumerate(held_out)]
-    train = [Task(p.pair_id, "", p.prompt, {}, 1, "train", p.source) for p in candidates if p.split == "train"]
+    evaluation = [Task(f"\0eval-{i}", "", canonical(prompt), {}, 1, "test", "") for i, prompt in enumerate(held_out)]
+    train = [Task(p.pair_id, "", canonical(p.prompt), {}, 1, "train", p.source) for p in candidates
+             if p.split == "train"]
     kept, overlap = decontaminate(train + evaluation, n, threshold)
     by_id = {p.pair_id: p for p in candidates}
     removed += [_quarantine(by_id[r["task_id"]], "decontaminate", r["reason"]) for r in overlap]
@@ -138,11 +176,14 @@ def curate_pairs(
     rows: Sequence[Mapping[str, Any]], eval_prompts: Iterable[str], *, decontamination: Mapping[str, Any],
     validation_from_train: int, seed: int, count_tokens: TokenCounter | None = None, max_tokens: int | None = None,
 ) -> CuratedPairs:
-    """Validate, deduplicate and decontaminate raw pair rows against `eval_prompts`, then make sure
-    some pairs are held out. `decontamination` holds `n` and `threshold`."""
+    """Validate, refuse contradicting pairs, deduplicate and decontaminate raw pair rows against
+    `eval_prompts`, then make sure some pairs are held out. `decontamination` holds `n` and `threshold`."""
     pairs, quarantined = validate_unique(rows, lambda row: validate_pair_row(row, count_tokens, max_tokens), "pair_id",
                                          _quarantine)
     counts = {"rows": len(rows), "quarantined.validate": len(quarantined)}
+    pairs, removed = remove_contradictions(pairs)
+    quarantined += removed
+    counts["removed.contradiction"] = len(removed)
     pairs, removed = deduplicate_pairs(pairs)
     quarantined += removed
     counts["removed.deduplicate"] = len(removed)

@@ -10,32 +10,47 @@
   \\n\\nAssistant: ..."); the prompt is the dialogue up to the last assistant turn.
 
 `format: auto` recognises each record by its fields. A record that fits no format raises
-ValueError with the reason (the curate stage quarantines it).
+ValueError with the reason (the curate stage quarantines it), and so does a number that breaks
+the contract (`contract.margin_value`): a margin, score or rating that is a bool, a string
+("NaN", "Infinity"), NaN or infinite, or a margin that is negative (the scores prefer the
+rejected completion). A record with no margin says so with `"margin": None`.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
+
+from rlvr_factory.preferences.contract import finite_number, margin_value
 
 FORMATS = ("auto", "native", "conversational", "ultrafeedback", "hh")
 HH_HUMAN, HH_ASSISTANT = "\n\nHuman:", "\n\nAssistant:"
 
 
-def _text(record: dict[str, Any], key: str) -> str:
+def _text(record: Any, key: str) -> str:
+    if not isinstance(record, dict):
+        raise ValueError(f"expected an object holding {key!r}, got {type(record).__name__}")
     value = record.get(key)
     if not isinstance(value, str):
         raise ValueError(f"field {key!r} must be a string, got {type(value).__name__}")
     return value
 
 
-def _margin(record: dict[str, Any]) -> float:
-    """An explicit `margin`, else `score_chosen - score_rejected`, else NaN."""
+def _margin(record: dict[str, Any]) -> float | None:
+    """An explicit `margin`, else `score_chosen - score_rejected`, else None (not given)."""
     if record.get("margin") is not None:
-        return float(record["margin"])
+        return margin_value(record["margin"])
     if record.get("score_chosen") is not None and record.get("score_rejected") is not None:
-        return float(record["score_chosen"]) - float(record["score_rejected"])
-    return math.nan
+        return _gap(finite_number(record["score_chosen"], "score_chosen"),
+                    finite_number(record["score_rejected"], "score_rejected"), "score_chosen - score_rejected")
+    return None
+
+
+def _gap(better: float, worse: float, what: str) -> float:
+    """The margin of two ratings, as the contract takes it (ValueError naming `what` when it is not)."""
+    try:
+        return margin_value(better - worse)
+    except ValueError as e:
+        raise ValueError(f"{what}: {e}") from None
 
 
 def _native(record: dict[str, Any]) -> dict[str, Any]:
@@ -83,10 +98,12 @@ def _conversational(record: dict[str, Any]) -> dict[str, Any]:
             "margin": _margin(record)}
 
 
-def _rating(completion: dict[str, Any]) -> float:
+def _rating(completion: Any, index: int) -> float:
+    if not isinstance(completion, dict):
+        raise ValueError(f"completion {index} must be an object, got {type(completion).__name__}")
     for key in ("overall_score", "score", "rating"):
-        if isinstance(completion.get(key), (int, float)):
-            return float(completion[key])
+        if completion.get(key) is not None:
+            return finite_number(completion[key], f"completion {index}'s {key}")
     raise ValueError(f"a rated completion needs an overall_score, score or rating; got keys {sorted(completion)}")
 
 
@@ -94,11 +111,13 @@ def _ultrafeedback(record: dict[str, Any]) -> dict[str, Any]:
     completions = record.get("completions")
     if not isinstance(completions, list) or len(completions) < 2:
         raise ValueError("field 'completions' must list at least two rated completions")
-    rated = sorted(((_rating(c), i, _text(c, "response")) for i, c in enumerate(completions)), key=lambda r: (-r[0], r[1]))
+    rated = sorted(((_rating(c, i), i, _text(c, "response")) for i, c in enumerate(completions)),
+                   key=lambda r: (-r[0], r[1]))
     (best, _, chosen), (worst, _, rejected) = rated[0], rated[-1]
     if best == worst:
         raise ValueError(f"all {len(rated)} completions are rated {best}: no preference")
-    return {"prompt": _text(record, "instruction"), "chosen": chosen, "rejected": rejected, "margin": best - worst}
+    return {"prompt": _text(record, "instruction"), "chosen": chosen, "rejected": rejected,
+            "margin": _gap(best, worst, "best rating - worst rating")}
 
 
 def _split_hh(transcript: str, key: str) -> tuple[str, str]:
@@ -150,7 +169,12 @@ def record_to_pair(record: dict[str, Any], fmt: str = "auto") -> dict[str, Any]:
     """`prompt, chosen, rejected, margin` (and `kind`, `domain` when the record gives them) of one record."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown preference format {fmt!r}; choose one of {FORMATS}")
-    record = _plain(record)
+    if not isinstance(record, dict):
+        raise ValueError(f"a preference record must be an object, got {type(record).__name__}")
+    try:
+        record = _plain(record)
+    except RecursionError:
+        raise ValueError("the record is nested too deeply to read") from None
     row = _MAPPERS[detect_format(record) if fmt == "auto" else fmt](record)
     for key in ("kind", "domain"):
         if isinstance(record.get(key), str):

@@ -13,7 +13,7 @@ import random
 from dataclasses import asdict, dataclass, field
 
 from rlvr_factory.domains.base import Domain, Task, member
-from rlvr_factory.preferences.contract import PreferencePair
+from rlvr_factory.preferences.contract import PreferencePair, finite_number
 
 NOISY_SPLIT = "train"  # the split whose labels are noised
 
@@ -28,9 +28,10 @@ class SyntheticPairs:
     max_pairs: dict[str, int] = field(default_factory=dict)  # split -> at most this many pairs (the first tasks)
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.label_noise < 0.5:
+        if not 0.0 <= finite_number(self.label_noise, "label_noise") < 0.5:
             raise ValueError(f"label_noise must be in [0, 0.5), got {self.label_noise}")
-        if not self.flaws or min(self.flaws.values()) < 0 or sum(self.flaws.values()) <= 0:
+        weights = [finite_number(w, f"flaws.{flaw}") for flaw, w in self.flaws.items()]
+        if not weights or min(weights) < 0 or sum(weights) <= 0:
             raise ValueError(f"flaws needs non-negative weights with a positive sum, got {self.flaws}")
 
 
@@ -53,9 +54,9 @@ def synthetic_rows(domain: Domain, tasks: list[Task], config: SyntheticPairs) ->
         if flipped:
             chosen, rejected = rejected, chosen
         counts[task.split] = counts.get(task.split, 0) + 1
-        rows.append(asdict(PreferencePair(
+        rows.append({**asdict(PreferencePair(
             pair_id=f"{task.task_id}-pair", prompt=task.prompt, chosen=chosen, rejected=rejected, domain=task.domain,
             split=task.split, source=f"generated:seed={config.seed}:{task.task_id}" + (":flipped" if flipped else ""),
             kind=flaw,
-        )))
+        )), "margin": None})  # a raw row says "no margin" with None
     return rows

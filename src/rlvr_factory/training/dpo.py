@@ -16,7 +16,7 @@ from rlvr_factory.models.policy import Policy
 from rlvr_factory.rl.preference import PREFERENCE_LOSSES, dpo_loss, implicit_rewards, ipo_loss, sequence_logps
 from rlvr_factory.training.lm import token_logprobs
 from rlvr_factory.training.pairs import (
-    Checkpoint, EncodedPair, PairTrainConfig, pair_batch, ranking_metrics, train_on_pairs,
+    Checkpoint, EncodedPair, PairTrainConfig, pair_batch, ranking_metrics, real_number, train_on_pairs, whole_number,
 )
 
 
@@ -29,6 +29,9 @@ class DPOConfig:
     eval_batch_size: int = 64  # pairs per forward pass when scoring held-out pairs
 
     def __post_init__(self) -> None:
+        real_number(self.beta, "beta", 0.0, strict=True)
+        real_number(self.label_smoothing, "label_smoothing", 0.0, 0.5)
+        whole_number(self.eval_batch_size, "eval_batch_size", 1)
         if self.loss not in PREFERENCE_LOSSES:
             raise ValueError(f"preference loss must be one of {PREFERENCE_LOSSES}, got {self.loss!r}")
         if self.loss == "ipo" and self.label_smoothing:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import random
 import time
 from collections import defaultdict
@@ -25,12 +26,29 @@ import torch
 from tqdm.auto import tqdm
 
 from rlvr_factory.models.policy import Policy, load_policy, max_positions, save_policy
-from rlvr_factory.preferences.contract import PreferencePair
+from rlvr_factory.preferences.contract import PreferencePair, checked_margin, finite_number
 from rlvr_factory.training.lm import join_prompt_completion, lr_factor, make_optimizer, seed_everything
 from rlvr_factory.training.sft import encode_chat_examples, encode_prompts
 
 log = logging.getLogger(__name__)
 STATE_FILE = "pair_training.json"
+
+
+def whole_number(value: Any, name: str, low: int = 0) -> int:
+    """`value` when it is an int (not a bool) of at least `low`; ValueError naming the setting otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
+    return value
+
+
+def real_number(value: Any, name: str, low: float, high: float = math.inf, strict: bool = False) -> float:
+    """`value` when it is a finite number in [low, high) (`strict`: above `low`, not at it); ValueError naming
+    the setting otherwise (a NaN or infinite setting would silently disable what it sets)."""
+    number = finite_number(value, name)
+    if number < low or (strict and number == low) or number >= high:
+        bound = f"> {low:g}" if strict else f">= {low:g}"
+        raise ValueError(f"{name} must be {bound}{f' and < {high:g}' if high < math.inf else ''}, got {value!r}")
+    return number
 
 
 @dataclass(frozen=True)
@@ -47,10 +65,12 @@ class PairTrainConfig:
     seed: int = 0  # pair order
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1:
-            raise ValueError(f"steps and batch_size must be >= 1, got {self.steps}, {self.batch_size}")
-        if self.eval_every < 0 or self.checkpoint_every < 0:
-            raise ValueError("eval_every and checkpoint_every must be >= 0 (0 disables)")
+        for name, low in (("steps", 1), ("batch_size", 1), ("warmup_steps", 0), ("eval_every", 0),
+                          ("checkpoint_every", 0), ("seed", 0)):
+            whole_number(getattr(self, name), name, low)
+        real_number(self.lr, "lr", 0.0, strict=True)
+        real_number(self.weight_decay, "weight_decay", 0.0)
+        real_number(self.max_grad_norm, "max_grad_norm", 0.0, strict=True)
         lr_factor(self.schedule, 0, self.warmup_steps, self.steps)  # refuse an unknown schedule now
 
 
@@ -62,8 +82,11 @@ class EncodedPair:
     prompt_ids: list[int]
     chosen_ids: list[int]
     rejected_ids: list[int]
-    margin: float
+    margin: float  # NaN: none given
     kind: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "margin", checked_margin(self.margin, self.pair_id))  # what the loss reads is finite
 
 
 def encode_pairs(tokenizer: Any, pairs: Sequence[PreferencePair]) -> list[EncodedPair]:

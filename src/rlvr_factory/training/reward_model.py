@@ -11,7 +11,7 @@ from rlvr_factory.models.policy import Policy
 from rlvr_factory.models.reward_model import sequence_rewards
 from rlvr_factory.rl.preference import bradley_terry_loss, trimmed_mean
 from rlvr_factory.training.pairs import (
-    Checkpoint, EncodedPair, PairTrainConfig, pair_batch, ranking_metrics, train_on_pairs,
+    Checkpoint, EncodedPair, PairTrainConfig, pair_batch, ranking_metrics, real_number, train_on_pairs, whole_number,
 )
 
 
@@ -22,11 +22,17 @@ class RewardModelConfig:
     eval_batch_size: int = 64  # pairs per forward pass when scoring held-out pairs
     drop_highest_loss: float = 0.0  # share of each batch's pairs with the highest loss left out of the gradient (label noise)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.use_margin, bool):
+            raise ValueError(f"use_margin must be true or false, got {self.use_margin!r}")
+        whole_number(self.eval_batch_size, "eval_batch_size", 1)
+        real_number(self.drop_highest_loss, "drop_highest_loss", 0.0, 1.0)
+
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> RewardModelConfig:
         """From the `reward_model` parameter block's `train`, `use_margin`, `eval_batch_size` and `drop_highest_loss`."""
-        return cls(PairTrainConfig(**params.get("train", {})), bool(params.get("use_margin", False)),
-                   int(params.get("eval_batch_size", 64)), float(params.get("drop_highest_loss", 0.0)))
+        return cls(PairTrainConfig(**params.get("train", {})), params.get("use_margin", False),
+                   params.get("eval_batch_size", 64), params.get("drop_highest_loss", 0.0))
 
 
 def pair_rewards(model: torch.nn.Module, batch: Sequence[EncodedPair], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -7,7 +7,10 @@ the chat-formatted prompt and completion. It is a
 completions per job: one padded forward pass per batch, on worker processes that load the model
 before they report ready, under the pool's time limit per batch. Each sample gets its own status:
 an input longer than the model's context, or a non-finite reward, is an `error` (reward 0); a
-batch that overruns is a `timeout` for each of its samples.
+batch that overruns is a `timeout` for each of its samples. The reward statistics saved with
+the model (`reward_stats`: mean and std) are checked when it loads: one that is not a finite
+number, or a std that is not positive, is refused with the file and key named
+(`models.reward_model.reward_stats`), since it would turn every reward into NaN or 0, or flip them.
 
 The gold a reward model reads is the prompt: `reward_model_gold(prompt)`.
 
@@ -15,7 +18,8 @@ A learned reward is mixed with a domain's verifier as named reward components (`
 reward = sum_c w_c * breakdown[c] over `REWARD_COMPONENTS` (`verifier`, `rm`), with the weights
 in the breakdown (`weight.verifier`, `weight.rm`), the verifier's verdict as the gold
 (`gold_correct`; the Score's `correct`) and the verifier's own breakdown under `verifier.*`, so
-per-component normalisation can read each component apart.
+per-component normalisation can read each component apart. A component whose reward is not a
+finite number fails that sample (status `error`, reward 0) instead of entering the sum.
 """
 
 from __future__ import annotations
@@ -34,7 +38,6 @@ from rlvr_factory.verifiers.score import Score
 log = logging.getLogger(__name__)
 
 REWARD_COMPONENTS = ("verifier", "rm")
-STATS_KEY = "reward_stats"  # the model config's record of its held-out reward mean and std
 _STATUS_ORDER = ("infra_error", "timeout", "error")  # of several failed components, the first of these wins
 _LOADED: dict[tuple, Any] = {}  # (path, mtime, device, dtype) -> (Policy, stats): one copy per process
 
@@ -67,8 +70,11 @@ class RewardModelVerifier:
 
     def __init__(self, path: str, batch_size: int = 64, device: str = "cpu", dtype: str = "float32",
                  standardize: bool = True, threads: int = 1) -> None:
-        if batch_size < 1 or threads < 1:
-            raise ValueError(f"batch_size and threads must be >= 1, got {batch_size}, {threads}")
+        for name, value in (("batch_size", batch_size), ("threads", threads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"reward_model.{name} must be a whole number >= 1, got {value!r}")
+        if not isinstance(standardize, bool):
+            raise ValueError(f"reward_model.standardize must be true or false, got {standardize!r}")
         self.path = str(path)
         self.batch_size = batch_size
         self.device = device
@@ -89,8 +95,8 @@ class RewardModelVerifier:
         self._model()
 
     def _model(self) -> tuple[Any, dict[str, float]]:
-        """The loaded reward model and its reward statistics (cached per process)."""
-        from rlvr_factory.models.reward_model import load_reward_model
+        """The loaded reward model and its reward statistics, checked at load (cached per process)."""
+        from rlvr_factory.models.reward_model import load_reward_model, saved_reward_stats
 
         config = Path(self.path) / "config.json"
         if not config.exists():
@@ -99,7 +105,7 @@ class RewardModelVerifier:
         key = (self.path, os.path.getmtime(config), self.device, self.dtype)
         if key not in _LOADED:
             policy = load_reward_model(self.path, self.device, self.dtype)
-            _LOADED[key] = (policy, dict(getattr(policy.model.config, STATS_KEY, None) or {}))
+            _LOADED[key] = (policy, saved_reward_stats(policy.model.config, str(config)))
         return _LOADED[key]
 
     def quick_score(self, completion: str, gold: str) -> Score | None:
@@ -123,7 +129,7 @@ class RewardModelVerifier:
         limit = max_positions(policy.model.config) or 10**9
         encoded = encode_chat_examples(policy.tokenizer, [_prompt_of(g) for _, g in pairs], [c for c, _ in pairs],
                                        split_special_tokens=True)
-        mean, std = (stats.get("mean", 0.0), stats.get("std", 1.0) or 1.0) if self.standardize else (0.0, 1.0)
+        mean, std = (stats.get("mean", 0.0), stats.get("std", 1.0)) if self.standardize else (0.0, 1.0)
         scores: list[Score] = [Score(0.0, False, "error")] * len(pairs)
         fits = [i for i, (p, c) in enumerate(encoded) if len(p) + len(c) <= limit]
         if len(fits) < len(pairs):
@@ -137,12 +143,17 @@ class RewardModelVerifier:
                 rewards = sequence_rewards(policy.model, ids.to(policy.device), attention.to(policy.device),
                                            mask.to(policy.device)).cpu()
             for i, reward in zip(rows, rewards.tolist()):
-                if math.isfinite(reward):
-                    value = (reward - mean) / std
+                value = (reward - mean) / std
+                if math.isfinite(value):
                     scores[i] = Score(value, False, "ok", {"rm": value, "rm_raw": reward})
                 else:
                     log.warning("the reward model returned %s for a completion: status error", reward)
         return scores
+
+
+def _finite(value: Any) -> bool:
+    """Whether `value` is a finite real number (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def parse_weights(reward: str | Mapping[str, float]) -> dict[str, float]:
@@ -152,9 +163,9 @@ def parse_weights(reward: str | Mapping[str, float]) -> dict[str, float]:
         return {"verifier": 0.0, "rm": 1.0}
     if isinstance(reward, Mapping):
         unknown = set(reward) - set(REWARD_COMPONENTS)
-        weights = {c: float(reward.get(c, 0.0)) for c in REWARD_COMPONENTS}
-        if not unknown and all(math.isfinite(w) and w >= 0 for w in weights.values()) and weights["rm"] > 0:
-            return weights
+        weights = {c: reward.get(c, 0.0) for c in REWARD_COMPONENTS}
+        if not unknown and all(_finite(w) and w >= 0 for w in weights.values()) and weights["rm"] > 0:
+            return {c: float(w) for c, w in weights.items()}
     raise ValueError(f"domain.reward must be verifier, model, or component weights like {{verifier: 1.0, rm: 0.5}} "
                      f"(non-negative, rm > 0, components {list(REWARD_COMPONENTS)}); got {reward!r}")
 
@@ -165,8 +176,9 @@ def combine(verifier: Score, rm: Score, weights: Mapping[str, float]) -> Score:
     A weighted component that could not judge makes the sample's status its own (infra_error before
     timeout before error) with reward 0; an unweighted verifier that failed leaves `gold_ok` at 0.
     """
-    values = {"verifier": verifier.reward, "rm": rm.reward}
-    statuses = {"verifier": verifier.status, "rm": rm.status}
+    given = {"verifier": verifier, "rm": rm}
+    values = {c: s.reward if _finite(s.reward) else 0.0 for c, s in given.items()}
+    statuses = {c: s.status if _finite(s.reward) else "error" for c, s in given.items()}
     failed = [statuses[c] for c in REWARD_COMPONENTS if weights[c] > 0 and statuses[c] != "ok"]
     status = min(failed, key=_STATUS_ORDER.index) if failed else "ok"
     breakdown = {

@@ -14,14 +14,13 @@ from transformers import AutoModelForSequenceClassification
 from rlvr_factory import mlflow_model
 from rlvr_factory.models.policy import Policy, load_policy
 from rlvr_factory.models.reward_model import (
-    ImplicitRewardModel, implicit_reward_model, load_reward_model, reward_model_from_policy,
+    STATS_KEY, ImplicitRewardModel, implicit_reward_model, load_reward_model, reward_model_from_policy, reward_stats,
 )
 from rlvr_factory.overoptimisation import plot_proxy_gold, proxy_gold_curve, tracking_summary
 from rlvr_factory.preferences import pairs_from_frame
 from rlvr_factory.training.lm import seed_everything
 from rlvr_factory.training.pairs import Checkpoint, encode_pairs
 from rlvr_factory.training.reward_model import RewardModelConfig, pair_accuracy, pair_rewards, train_reward_model
-from rlvr_factory.verifiers.reward_model import STATS_KEY
 
 log = logging.getLogger(__name__)
 POLICY_BACKBONE = "policy"  # reward_model.backbone: a head on the SFT policy's backbone
@@ -66,7 +65,8 @@ def fit_reward_model(sft_policy: Policy, preference_pairs: pd.DataFrame, model: 
     with torch.inference_mode():
         rewards = torch.cat([torch.cat(pair_rewards(rm.model, held_out[lo : lo + 64], rm.tokenizer.pad_token_id))
                              for lo in range(0, len(held_out), 64)])
-    setattr(rm.model.config, STATS_KEY, {"mean": float(rewards.mean()), "std": float(rewards.std())})
+    setattr(rm.model.config, STATS_KEY, reward_stats(float(rewards.mean()), float(rewards.std()),
+                                                     "the trained reward model's held-out rewards"))
     report = {**pair_accuracy(rm, held_out, config.eval_batch_size), "train_pairs": len(train),
               "validation_pairs": len(held_out), "steps": config.train.steps, "head": head,
               "train_accuracy_last_50": sum(r["accuracy"] for r in history[-50:]) / len(history[-50:]),
