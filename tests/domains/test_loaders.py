@@ -74,3 +74,16 @@ def test_a_loaded_domain_limits_each_split_and_names_each_rows_source(tmp_path):
     (row,) = domain.rows()
     assert row["task_id"] == "gsm8k-train-00000" and row["source"].endswith("train.jsonl#0")
     assert row["reference"] == {"answer": "5", "solution": RECORDS[0]["answer"]}
+
+
+def test_a_line_too_deep_or_with_a_number_too_long_is_one_error_and_the_rest_are_read(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    lines = ['{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", '{"n": ' + "9" * 5000 + "}", json.dumps({"ok": 1})]
+    path.write_text("\n".join(lines) + "\n")
+    records = read_records(str(path))
+    assert [ERROR_KEY in r for r in records] == [True, True, False] and records[2] == {"ok": 1}
+
+
+def test_trust_remote_code_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        read_records(str(tmp_path / "some_dataset"), trust_remote_code=True)

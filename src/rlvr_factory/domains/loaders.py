@@ -53,6 +53,8 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
                 record = json.loads(line)
             except json.JSONDecodeError as e:
                 record = {ERROR_KEY: f"line {number} is not JSON: {e.msg}"}
+            except (RecursionError, ValueError) as e:  # nested too deep; a number too long to read
+                record = {ERROR_KEY: f"line {number} cannot be read: {type(e).__name__}: {str(e)[:120]}"}
             if not isinstance(record, dict):
                 record = {ERROR_KEY: f"line {number} is a JSON {type(record).__name__}, not an object"}
             records.append(record)
