@@ -30,7 +30,7 @@ import os
 import tarfile
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from rlvr_factory.sandbox.agent import ProtocolError, Remote, dumps, read_frame, safe_loads, write_frame
 from rlvr_factory.sandbox.backends import (
@@ -92,12 +92,16 @@ class Sandbox:
         limits: Limits | dict | None = None,
         workspace_mb: int = 64,
         persist_workspace: bool = False,
+        preload: Mapping[str, str] | None = None,
         **backend_options: Any,
     ) -> None:
         self.backend = make_backend(backend, **backend_options) if isinstance(backend, str) else backend
         self.limits = Limits.of(limits)
         self.workspace_mb = workspace_mb  # size of the tmpfs workspace (bubblewrap, docker)
         self.persist_workspace = persist_workspace  # keep files between runs (a multi-step environment)
+        # Python modules (name -> source, trusted: the host's own) the agent runs before its template
+        # starts, so every run finds them imported without compiling them (the code judge)
+        self.preload = dict(preload or {})
         self._transport: Transport | None = None
         self._program: Program | None = None
         self._owed: list[Program] = []  # programs released without waiting for the agent's report, oldest first
@@ -130,7 +134,7 @@ class Sandbox:
             return
         transport, config = self.backend.launch(self.workspace_mb)
         try:
-            transport.send(dumps({**config, "reset_after_run": not self.persist_workspace}))
+            transport.send(dumps({**config, "reset_after_run": not self.persist_workspace, "preload": self.preload}))
             frame = transport.recv(time.monotonic() + START_TIMEOUT_S)
             ready = safe_loads(frame) if frame is not None else None
         except (OSError, TimeoutError, ProtocolError) as e:
