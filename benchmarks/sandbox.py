@@ -271,7 +271,7 @@ def main() -> None:
     assert verifier.limits.timeout_s == TIMEOUT_S
 
     started = time.perf_counter()
-    sandboxes = SandboxPool(args.workers, backend="bubblewrap", limits=verifier.limits, workspace_mb=verifier.workspace_mb)
+    sandboxes = SandboxPool(args.workers, **verifier.sandbox_options())
     sandboxes.start()
     warm_up_s = time.perf_counter() - started
     workers = VerifierPool(verifier, workers=args.workers, timeout=TIMEOUT_S + 10)
