@@ -85,3 +85,12 @@ def test_a_test_line_and_its_imports_run_only_in_the_sandbox(runner, tmp_path):
     assert not canary.exists() and not other.exists()
     assert run.score is not None
 
+
+def test_the_held_out_verdict_records_what_the_start_passed(runner):
+    ws = Workspace({"solution.py": "def add(a, b):\n    return a - b\n"}, ("solution.py",), TESTS,
+                   ("assert add(0, 0) == 0", "assert add(2, 3) == 5", "assert add(1, 1) == 2"))
+    fixed = {"solution.py": "def add(a, b):\n    return a + b\n"}
+    assert runner.passed_before(ws) == 1
+    score = runner.held_out(ws, fixed).score
+    assert score.correct and score.breakdown["passed_before"] == 1.0 and score.breakdown["process"] == 1.0
+    assert json.loads(json.dumps(score.breakdown)) == score.breakdown

@@ -63,7 +63,7 @@ class CodeRepairVerifier:
             files = apply_edits(workspace.files, parse_edits(completion), workspace.editable)
         except ValueError:
             files = workspace.files
-        return self.runner.run(workspace, files, workspace.held_out_tests).score
+        return self.runner.held_out(workspace, files).score
 
 
 def program_tests(row: Mapping[str, Any]) -> tuple[str, list[str], list[str]] | None:
@@ -101,7 +101,7 @@ class CodeRepairDomain:
     """Workspaces with failing tests; an episode edits one until its tests pass (see the module docstring)."""
 
     name = "code_repair"
-    report_breakdown = ("process",)  # evaluation also reports the held-out tests' pass fraction
+    report_breakdown = ("process",)  # evaluation also reports partial credit: held-out tests repaired (see held_out)
 
     def __init__(
         self,

@@ -18,10 +18,16 @@ files change nothing, and a row's test lines, imports or set-up can touch nothin
 What a failed test's call gave is described in the sandbox too, within the run's limits and cut to
 a few dozen characters however large or strange the value. Each run restores the sandbox's
 workspace from the files' snapshot, and the sandbox resets after the run, so nothing outlives it.
+
+The held-out verdict (`WorkspaceRunner.held_out`) pays `process` for improvement only: the share
+of the held-out tests the starting workspace failed that now pass (`verifiers.code.improvement`),
+so an untouched workspace, an edit that changes nothing and an edit that breaks passing tests
+earn no partial credit.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import tarfile
@@ -38,6 +44,7 @@ from rlvr_factory.verifiers.code import CodeTask, CodeVerifier, Verdict, hack_si
 from rlvr_factory.verifiers.score import Score
 
 REFERENCE_KEYS = ("files", "editable", "visible_tests", "held_out_tests")
+MAX_REMEMBERED_STARTS = 4096  # tasks whose starting pass count a runner keeps
 _SANDBOXES: dict[tuple, Sandbox] = {}  # this process's warm sandboxes, one per setting (kept across episodes)
 
 
@@ -103,6 +110,9 @@ class Workspace:
         return CodeTask.from_reference({"format": "mbpp", "test_list": list(tests),
                                         "test_imports": list(self.test_imports)})
 
+    def key(self) -> str:
+        """A digest of the whole reference: what identifies the task's starting point."""
+        return hashlib.sha256(json.dumps(self.as_reference(), sort_keys=True).encode()).hexdigest()
 
 
 def _strings(value: Any, name: str, empty: bool = False) -> list[str]:
@@ -163,6 +173,7 @@ class WorkspaceRunner:
     def __init__(self, code: Mapping[str, Any] | None = None, diagnose: bool = True) -> None:
         self.verifier = CodeVerifier(**dict(code or {}))
         self.diagnose = diagnose  # say what each failed visible test's call returned or raised
+        self._passed_before: dict[str, int] = {}  # workspace key -> held-out tests its starting files pass
 
     def sandbox(self) -> Sandbox:
         """This process's sandbox for these settings, started; InfraError when none starts."""
@@ -177,14 +188,31 @@ class WorkspaceRunner:
             raise InfraError(f"no sandbox for the workspace: {e}") from e
         return box
 
-    def run(self, workspace: Workspace, files: Mapping[str, str], tests: Sequence[str]) -> TestRun:
-        """Run `tests` against `files` (the workspace as it stands); InfraError when no sandbox starts."""
+    def held_out(self, workspace: Workspace, files: Mapping[str, str]) -> TestRun:
+        """The held-out tests on `files`, scored with `process` the improvement over the starting workspace
+        (its `passed_before` recorded in the breakdown); InfraError when no sandbox starts."""
+        return self.run(workspace, files, workspace.held_out_tests, passed_before=self.passed_before(workspace))
+
+    def passed_before(self, workspace: Workspace) -> int:
+        """How many held-out tests the workspace's starting files pass (run once per task and process)."""
+        key = workspace.key()
+        if key not in self._passed_before:
+            if len(self._passed_before) >= MAX_REMEMBERED_STARTS:
+                self._passed_before.pop(next(iter(self._passed_before)))
+            start = self.run(workspace, workspace.files, workspace.held_out_tests)
+            self._passed_before[key] = sum(start.passed)
+        return self._passed_before[key]
+
+    def run(self, workspace: Workspace, files: Mapping[str, str], tests: Sequence[str],
+            passed_before: int | None = None) -> TestRun:
+        """Run `tests` against `files` (the workspace as it stands); InfraError when no sandbox starts.
+        With `passed_before`, the score's `process` is the improvement over it (`CodeVerifier.verdict_score`)."""
         box = self.sandbox()
         starts, started = box.starts, time.perf_counter()
         task = workspace.code_task(tests)
         for attempt in range(2):  # a sandbox lost mid-run is retried once in a fresh one
             try:
-                run = self._run_in(box, workspace, files, task)
+                run = self._run_in(box, workspace, files, task, passed_before)
                 break
             except SandboxStartError as e:
                 raise InfraError(f"the sandbox did not start: {e}") from e
@@ -192,12 +220,13 @@ class WorkspaceRunner:
                 if attempt:  # lost twice: the workspace takes its sandbox down, and scores nothing
                     error = f"the run took its sandbox down ({e})"
                     run = TestRun([False] * len(tests), error=error,
-                                  score=self.verifier.lost_sandbox_score(task, error))
+                                  score=self.verifier.lost_sandbox_score(task, error, passed_before))
                 self.sandbox()
         run.seconds, run.restarts = time.perf_counter() - started, box.starts - starts
         return run
 
-    def _run_in(self, box: Sandbox, workspace: Workspace, files: Mapping[str, str], task: CodeTask) -> TestRun:
+    def _run_in(self, box: Sandbox, workspace: Workspace, files: Mapping[str, str], task: CodeTask,
+                passed_before: int | None) -> TestRun:
         box.restore(snapshot(files), as_base=True)
         verdict = judge_program(box, loader_source(workspace.modules()), task, self.verifier.limits, self.diagnose)
         lines = task.tests.splitlines()
@@ -205,7 +234,7 @@ class WorkspaceRunner:
         failures = [f"{line}: {verdict.failures.get(i, 'failed')}" for i, (line, ok) in enumerate(zip(lines, passed))
                     if not ok and not verdict.load_error and verdict.ended is None and not verdict.setup_error]
         signs = sorted(set(_signs(files, workspace.editable)) - set(_signs(workspace.files, workspace.editable)))
-        score = self.verifier.verdict_score(verdict, signs)
+        score = self.verifier.verdict_score(verdict, signs, passed_before)
         return TestRun(passed, failures, _error(verdict, score, self.verifier.limits.timeout_s),
                        score.status == "timeout", verdict.stderr, score=score)
 
