@@ -311,6 +311,9 @@ def start_child(source: str, deadline: float, imports: tuple[str, ...] = ()) -> 
     ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a child gone mid-call is an error to handle, not a kill
     for name in imports:
+        parent, _, attribute = name.rpartition(".")
+        if parent and hasattr(sys.modules.get(parent), attribute):
+            continue  # `from m import x` where x is an attribute of m, not a module of its own
         try:
             __import__(name)
         except (Exception, SystemExit):  # noqa: BLE001 - whoever needs the module says what is wrong

@@ -97,9 +97,9 @@ class CodeTask:
             if missing:
                 raise ValueError(f"a humaneval reference needs string fields {missing}")
             _bounded(reference["prompt"], reference["test"])
-            trees = [parse(reference["prompt"], "the prompt"), parse(reference["test"], "the test")]
+            asserts, modules = _survey([parse(reference["prompt"], "the prompt")], [parse(reference["test"], "the test")])
             return cls("humaneval", reference["test"], reference["entry_point"], (reference["entry_point"],),
-                       _asserts(trees[1:]), _imported(trees), reference["prompt"])
+                       asserts, modules, reference["prompt"])
         if kind == "mbpp":
             tests = reference.get("test_list")
             if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):
@@ -114,8 +114,9 @@ class CodeTask:
             lines = [parse(t, f"test {i}") for i, t in enumerate(tests)]
             names = _called_names(lines, setup_tree)
             entry = reference.get("entry_point") or names[0]
-            return cls("mbpp", "\n".join(tests), entry, tuple(names), _asserts(lines),
-                       _imported([setup_tree, *lines]), reference.get("prompt", ""), setup)
+            asserts, modules = _survey([setup_tree], lines)
+            return cls("mbpp", "\n".join(tests), entry, tuple(names), asserts, modules, reference.get("prompt", ""),
+                       setup)
         raise ValueError(f"reference 'format' must be one of {FORMATS}, got {kind!r}")
 
     @classmethod
@@ -147,20 +148,19 @@ def _bounded(*texts: str) -> None:
         raise ValueError(f"the reference's code is {size} characters, more than the {MAX_SOURCE_CHARS} a check parses")
 
 
-def _asserts(trees: list[ast.Module]) -> int:
-    return sum(isinstance(node, ast.Assert) for tree in trees for node in ast.walk(tree))
-
-
-def _imported(trees: list[ast.Module]) -> tuple[str, ...]:
-    """The modules the code imports (absolute imports; `from m import x` also names `m.x`)."""
-    names: list[str] = []
-    for tree in trees:
+def _survey(code: list[ast.Module], tests: list[ast.Module]) -> tuple[int, tuple[str, ...]]:
+    """The tests' assert statements, and the modules the code and the tests import (absolute imports;
+    `from m import x` also names `m.x`), in one walk over each tree."""
+    asserts, names = 0, []
+    for tree, counted in [*((t, 0) for t in code), *((t, 1) for t in tests)]:
         for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
+            if isinstance(node, ast.Assert):
+                asserts += counted
+            elif isinstance(node, ast.Import):
                 names += [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 names += [node.module, *(f"{node.module}.{a.name}" for a in node.names if a.name != "*")]
-    return tuple(dict.fromkeys(names))[:MAX_PRELOADED_MODULES]
+    return asserts, tuple(dict.fromkeys(names))[:MAX_PRELOADED_MODULES]
 
 
 def _called_names(tests: list[ast.Module], setup: ast.Module) -> list[str]:

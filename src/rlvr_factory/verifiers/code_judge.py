@@ -105,7 +105,8 @@ def _run_mbpp(verdict: Verdict, namespace: dict, task: dict) -> None:
     for index, line in enumerate(task["tests"].splitlines()):
         tree, count = instrument(line, index, verdict.diagnose)
         if not count:  # not an assert: it passes if it does not raise
-            tree.body += _at(_record(index, ast.Constant(True)), tree.body[-1] if tree.body else None)
+            at = _Place(tree.body[-1] if tree.body else None)
+            tree.body.append(_record(index, at(ast.Constant, True), at))
         lines.append(tree)
     if not verdict.child.loaded():
         return
@@ -260,7 +261,7 @@ def _rewrite(body: list[ast.stmt], count: list[int], diagnose: bool) -> list[ast
     out: list[ast.stmt] = []
     for statement in body:
         if isinstance(statement, ast.Assert):
-            out += _at(_check(statement.test, count[0], diagnose), statement)
+            out += _check(statement.test, count[0], diagnose, _Place(statement))
             count[0] += 1
             continue
         for name in statement._fields:
@@ -274,43 +275,43 @@ def _rewrite(body: list[ast.stmt], count: list[int], diagnose: bool) -> list[ast
     return out
 
 
-def _check(test: ast.expr, index: int, diagnose: bool) -> list[ast.stmt]:
+class _Place:
+    """Builds AST nodes at the place of `where` (line 1 without it): what compile needs of a new node."""
+
+    def __init__(self, where: ast.stmt | None) -> None:
+        self.at = ({"lineno": where.lineno, "col_offset": where.col_offset, "end_lineno": where.end_lineno,
+                    "end_col_offset": where.end_col_offset} if where is not None else
+                   {"lineno": 1, "col_offset": 0, "end_lineno": 1, "end_col_offset": 0})
+
+    def __call__(self, kind: type, *fields: object) -> ast.AST:
+        return kind(*fields, **self.at)
+
+    def name(self, name: str, store: bool = False) -> ast.Name:
+        return self(ast.Name, name, _STORE if store else _LOAD)
+
+    def verdict(self, method: str, *args: ast.expr) -> ast.Call:
+        """`_rlvr_.method(*args)`: a call of the `Verdict` the test code records into."""
+        return self(ast.Call, self(ast.Attribute, self.name("_rlvr_"), method, _LOAD), list(args), [])
+
+
+def _check(test: ast.expr, index: int, diagnose: bool, at: _Place) -> list[ast.stmt]:
     """try: _rlvr_ok_ = bool(test) / except Exception: _rlvr_ok_ = False / _rlvr_.record(index, _rlvr_ok_),
     or its diagnosed form, which keeps a single comparison's left side (`Verdict.left`, `.failed`)."""
-    failed: ast.expr = ast.Constant(False)
+    number = at(ast.Constant, index)
+    failed: ast.expr = at(ast.Constant, False)
     before: list[ast.stmt] = []
     if diagnose and isinstance(test, ast.Compare) and len(test.ops) == 1:
-        test = ast.Compare(_verdict("left", ast.Constant(index), test.left), test.ops, test.comparators)
-        failed = _verdict("failed", ast.Constant(index), ast.Name("_rlvr_error_", _LOAD))
-        before = [ast.Expr(_verdict("begin", ast.Constant(index)))]
-    attempt = ast.Try([ast.Assign([ast.Name("_rlvr_ok_", _STORE)], ast.Call(ast.Name("bool", _LOAD), [test], []))],
-                      [ast.ExceptHandler(ast.Name("Exception", _LOAD), "_rlvr_error_",
-                                         [ast.Assign([ast.Name("_rlvr_ok_", _STORE)], failed)])], [], [])
-    return [*before, attempt, *_record(index, ast.Name("_rlvr_ok_", _LOAD))]
+        test = at(ast.Compare, at.verdict("left", number, test.left), test.ops, test.comparators)
+        failed = at.verdict("failed", number, at.name("_rlvr_error_"))
+        before = [at(ast.Expr, at.verdict("begin", number))]
+    ok = at(ast.Assign, [at.name("_rlvr_ok_", store=True)], at(ast.Call, at.name("bool"), [test], []))
+    handler = at(ast.ExceptHandler, at.name("Exception"), "_rlvr_error_",
+                 [at(ast.Assign, [at.name("_rlvr_ok_", store=True)], failed)])
+    return [*before, at(ast.Try, [ok], [handler], [], []), _record(index, at.name("_rlvr_ok_"), at)]
 
 
-def _record(index: int, ok: ast.expr) -> list[ast.stmt]:
-    return [ast.Expr(_verdict("record", ast.Constant(index), ok))]
-
-
-def _verdict(method: str, *args: ast.expr) -> ast.Call:
-    return ast.Call(ast.Attribute(ast.Name("_rlvr_", _LOAD), method, _LOAD), list(args), [])
-
-
-def _at(statements: list[ast.stmt], where: ast.stmt | None) -> list[ast.stmt]:
-    """The new statements placed where `where` is (line 1 without it); the test's own nodes keep theirs."""
-    todo: list[ast.AST] = list(statements)
-    while todo:
-        node = todo.pop()
-        if "lineno" in node._attributes:
-            if hasattr(node, "lineno"):  # a node of the test, and all below it, are placed already
-                continue
-            if where is not None:
-                ast.copy_location(node, where)
-            else:
-                node.lineno, node.col_offset, node.end_lineno, node.end_col_offset = 1, 0, 1, 0
-        todo.extend(ast.iter_child_nodes(node))
-    return statements
+def _record(index: int, ok: ast.expr, at: _Place) -> ast.stmt:
+    return at(ast.Expr, at.verdict("record", at(ast.Constant, index), ok))
 
 
 # -- describing a value -------------------------------------------------------------------------------
