@@ -39,7 +39,7 @@ import logging
 import re
 import signal
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from rlvr_factory.sandbox import (
     CandidateError,
@@ -150,10 +150,10 @@ def _bounded(*texts: str) -> None:
 
 def _survey(code: list[ast.Module], tests: list[ast.Module]) -> tuple[int, tuple[str, ...]]:
     """The tests' assert statements, and the modules the code and the tests import (absolute imports;
-    `from m import x` also names `m.x`), in one walk over each tree."""
+    `from m import x` also names `m.x`): both are statements, so expressions are never walked."""
     asserts, names = 0, []
     for tree, counted in [*((t, 0) for t in code), *((t, 1) for t in tests)]:
-        for node in ast.walk(tree):
+        for node in _statements(tree.body):
             if isinstance(node, ast.Assert):
                 asserts += counted
             elif isinstance(node, ast.Import):
@@ -161,6 +161,20 @@ def _survey(code: list[ast.Module], tests: list[ast.Module]) -> tuple[int, tuple
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 names += [node.module, *(f"{node.module}.{a.name}" for a in node.names if a.name != "*")]
     return asserts, tuple(dict.fromkeys(names))[:MAX_PRELOADED_MODULES]
+
+
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every statement of `body`, and of the bodies, handlers and cases inside it."""
+    todo = list(reversed(body))
+    while todo:
+        statement = todo.pop()
+        yield statement
+        for name in statement._fields:
+            inner = getattr(statement, name)
+            if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                todo += reversed(inner)
+            elif isinstance(inner, list) and inner and isinstance(inner[0], (ast.excepthandler, ast.match_case)):
+                todo += [s for part in reversed(inner) for s in reversed(part.body)]
 
 
 def _called_names(tests: list[ast.Module], setup: ast.Module) -> list[str]:
@@ -361,7 +375,7 @@ def judge_preload() -> dict[str, str]:
 def judge_budget(limits: Limits) -> float:
     """Seconds the candidate gets in the judge: the run's wall-clock limit less the time the judge needs
     to end it and report (the sandbox ends the judge itself at the limit)."""
-    return limits.timeout_s - min(0.25, 0.1 * limits.timeout_s)
+    return limits.timeout_s - min(0.1, 0.05 * limits.timeout_s)
 
 
 def judge_program(sandbox: Sandbox, program: str, task: CodeTask, limits: Limits, diagnose: bool = False) -> Verdict:
