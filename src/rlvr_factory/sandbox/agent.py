@@ -25,6 +25,13 @@ Every message that crosses the sandbox boundary is decoded with `safe_loads`, wh
 plain values only (no class of the sender's choosing is ever constructed), so a compromised
 sandbox can send wrong answers but never code. The agent relays the program's call replies
 as opaque bytes; it never decodes what the candidate sends.
+
+The host's configuration may name modules to preload (`Sandbox(preload=...)`, the host's own
+trusted source): the agent runs them before its template starts, so every run finds them
+imported. A loaded program may serve another program in a child of its own (`start_child`) and
+call it as the host calls a loaded program: the code judge runs a task's tests that way, with
+the candidate in the child, unable to trace it, read its memory or descriptors, or plant a module
+it would import (it keeps only `SEALED_PATH`, the import paths nothing in the sandbox can write).
 """
 
 from __future__ import annotations
@@ -312,10 +319,9 @@ def start_child(source: str, deadline: float, imports: tuple[str, ...] = ()) -> 
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a child gone mid-call is an error to handle, not a kill
     for name in imports:
         parent, _, attribute = name.rpartition(".")
-        if parent and hasattr(sys.modules.get(parent), attribute):
-            continue  # `from m import x` where x is an attribute of m, not a module of its own
         try:
-            __import__(name)
+            if not (parent and hasattr(sys.modules.get(parent), attribute)):  # `from m import x`: x may be a module
+                __import__(name)
         except (Exception, SystemExit):  # noqa: BLE001 - whoever needs the module says what is wrong
             pass
     path = list(sys.path)

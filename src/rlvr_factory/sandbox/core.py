@@ -15,6 +15,10 @@ cannot prove it removed everything marks the sandbox spent, and it is replaced b
 `sandbox_error`. With `persist_workspace`, files stay between runs instead, and `snapshot` /
 `restore` / `reset` step a multi-step environment back cheaply.
 
+Modules the host names in `preload` (its own source, trusted) are run by the agent before its
+template starts, so every run finds them imported without compiling them (the code judge,
+`verifiers/code_judge.py`).
+
 Two things keep the isolated path fast without loosening any of this: a loaded program's calls go
 straight to its own pipes (the agent hands them over; it only drains the program's output and ends
 it at its deadline), and a program leaving its `with` block is released without waiting: the agent
