@@ -5,10 +5,11 @@
 Both sides check all 164 HumanEval canonical solutions with `workers` threads, in the same run,
 alternating `repeats` times (the median time counts):
 
-- ours: `CodeVerifier.score_in` on a warm `SandboxPool` (one bubblewrap sandbox per worker; each
-  check a fresh process forked from the sandbox's pristine template, the workspace, /tmp, /dev/shm
-  and IPC namespace reset and checked afterwards, the tests judged outside it), and the same verifier
-  through a `VerifierPool` (the pipeline's path, each worker process with its own sandbox);
+- ours: `CodeVerifier.score_in` on a warm `SandboxPool` (one bubblewrap sandbox per worker, started
+  with the verifier's `sandbox_options()`; each check a fresh judge process forked from the sandbox's
+  pristine template, which runs the tests there and serves the candidate in a child process of its
+  own, the workspace, /tmp, /dev/shm and IPC namespace reset and checked afterwards), and the same
+  verifier through a `VerifierPool` (the pipeline's path, each worker process with its own sandbox);
 - peer: openai/human-eval's `check_correctness`, reimplemented below line for line: per check a
   `multiprocessing.Manager()` and a forked `Process` that runs the program after `reliability_guard()`
   (no namespaces: the check shares the host with everything else); and a lean variant of it that
@@ -271,7 +272,7 @@ def main() -> None:
     assert verifier.limits.timeout_s == TIMEOUT_S
 
     started = time.perf_counter()
-    sandboxes = SandboxPool(args.workers, backend="bubblewrap", limits=verifier.limits, workspace_mb=verifier.workspace_mb)
+    sandboxes = SandboxPool(args.workers, **verifier.sandbox_options())
     sandboxes.start()
     warm_up_s = time.perf_counter() - started
     workers = VerifierPool(verifier, workers=args.workers, timeout=TIMEOUT_S + 10)

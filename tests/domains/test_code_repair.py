@@ -103,6 +103,19 @@ def test_a_wrong_fix_changes_the_bugs_line_into_neither_the_bug_nor_its_repair()
                      random.Random(0)) == "def f(a, b):\n    return a - b\n"  # no third option: an edit that changes nothing
 
 
+@pytest.mark.parametrize("test", ["def check(:", "def check(candidate):\n    assert " + "-" * 300_000 + "1\n"])
+def test_a_row_whose_tests_do_not_parse_gives_no_program(test):
+    assert program_tests({"prompt": "def f():\n", "test": test, "entry_point": "f"}) is None
+
+
+@pytest.mark.parametrize("program", ["def f(:\n", "x = " + "-" * 300_000 + "1\n", "x = 1  # " + "y" * 2_000_000])
+def test_a_program_that_does_not_parse_or_is_too_large_gets_no_mutants(program):
+    with pytest.raises(ValueError, match="the program"):
+        canonical(program)
+    assert CodeRepairDomain()._program_mutants("builtin", "p", program, ["assert f() == 1"] * 2, [], "train",
+                                               random.Random(0)) == []
+
+
 def test_builtin_rows_give_their_tests_as_named_assert_lines():
     program, tests, imports = program_tests(BUILTIN_TASKS[0])
     assert tests[0] == "assert add(2, 3) == 5" and imports == [] and "def add(a, b)" in program

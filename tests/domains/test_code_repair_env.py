@@ -70,6 +70,45 @@ def test_partial_credit_is_the_fraction_of_held_out_tests_passing(domain):
     assert not step.score.correct and step.score.breakdown["process"] == 0.5
 
 
+# the start passes one of three held-out tests (add(0, 0) == 0): partial credit is for what an edit repairs
+HALF_RIGHT = Workspace(
+    files={"solution.py": BUGGY}, editable=("solution.py",), visible_tests=("assert add(2, 3) == 5",),
+    held_out_tests=("assert add(0, 0) == 0", "assert add(2, 3) == 5", "assert add(1, 1) == 2"),
+)
+
+
+@pytest.fixture(scope="module")
+def paying():
+    """A domain whose reward pays partial credit."""
+    return CodeRepairDomain(max_turns=3, verifier={"limits": {"timeout_s": 2.0, "cpu_s": 2}, "process_weight": 0.25})
+
+
+class TestPartialCreditIsForImprovement:
+    def test_an_untouched_workspace_earns_none(self, paying):
+        step = episode(paying, ["DONE"], HALF_RIGHT)[-1]
+        assert (step.score.breakdown["process"], step.score.reward) == (0.0, 0.0)
+        assert step.score.breakdown["passed_before"] == 1.0
+
+    def test_an_edit_that_changes_nothing_earns_none(self, paying):
+        noop = Block("solution.py", "    return a - b\n", "    return a - b  # checked\n").render()
+        step = episode(paying, [noop, "DONE"], HALF_RIGHT)[-1]
+        assert (step.score.breakdown["process"], step.score.reward) == (0.0, 0.0)
+
+    def test_an_edit_that_breaks_a_passing_test_to_fix_another_earns_none(self, paying):
+        trade = rewrite('def add(a, b):\n    return 5 if a == 2 else 9\n')
+        step = episode(paying, [trade, "DONE"], HALF_RIGHT)[-1]
+        assert step.score.breakdown["passed"] == 1.0 and step.score.breakdown["process"] == 0.0
+
+    def test_a_partial_repair_earns_its_share_of_what_was_failing(self, paying):
+        partial = rewrite('def add(a, b):\n    return a + b if a != 1 else 0\n')
+        step = episode(paying, [partial, "DONE"], HALF_RIGHT)[-1]
+        assert step.score.breakdown["process"] == 0.5 and step.score.reward == 0.125
+
+    def test_a_one_shot_repair_is_scored_the_same_way(self, paying):
+        assert paying.score("DONE", HALF_RIGHT.as_reference()).breakdown["process"] == 0.0
+        assert paying.score(FIX, HALF_RIGHT.as_reference()).reward == 1.25
+
+
 def test_done_and_max_turns_end_the_episode_with_the_held_out_verdict(domain):
     assert episode(domain, ["DONE"])[-1].finish_reason == "declared_done"
     steps = episode(domain, ["nonsense"] * 3)

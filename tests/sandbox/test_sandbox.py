@@ -254,6 +254,56 @@ class TestDirectCalls:
         assert box.run([PY, "-c", "print(1)"]).stdout == b"1\n"
 
 
+# a loaded program that serves another in a child of its own (as the code judge serves the candidate)
+PARENT = """
+import os, time
+from __main__ import SEALED_PATH, start_child
+
+
+def serve(source, seconds=2.0):
+    child = start_child(source, time.monotonic() + seconds)
+    return child
+
+
+def call(source, name, *args):
+    child = serve(source)
+    try:
+        return child.loaded(), child.load_error, child.call(name, args, {})[:2], child.ended
+    except Exception as e:
+        return child.loaded(), child.load_error, type(e).__name__, child.ended
+
+
+def sealed():
+    return SEALED_PATH
+"""
+
+
+@needs_bwrap
+class TestChildPrograms:
+    def test_a_preloaded_module_is_imported_in_every_run(self):
+        with Sandbox(limits=Limits(timeout_s=5), preload={"rlvr_probe": "ANSWER = 41\n"}) as box:
+            for _ in range(2):
+                with box.load("import rlvr_probe\ndef f():\n    rlvr_probe.ANSWER += 1\n    return rlvr_probe.ANSWER\n") as p:
+                    assert p.call("f") == 42  # each run starts from the module as the agent loaded it
+
+    def test_a_program_calls_its_child_and_sees_how_it_ended(self, box):
+        with box.load(PARENT) as parent:
+            assert parent.call("call", "def f(x):\n    return x * 2\n", "f", 21) == (True, None, ("return", 42), None)
+            loaded, error, _, _ = parent.call("call", "raise ValueError('no')\n", "f")
+            assert not loaded and error == ("ValueError", "no")
+            _, _, gone, ended = parent.call("call", "import os\ndef f():\n    os._exit(3)\n", "f")
+            assert gone == "ChildGone" and ended == {"exit_code": 3, "timed_out": False}
+            _, _, gone, ended = parent.call("call", "def f():\n    while True:\n        pass\n", "f")
+            assert gone == "ChildGone" and ended == {"exit_code": -9, "timed_out": True}
+
+    def test_the_parent_keeps_only_import_paths_nothing_in_the_sandbox_can_write(self, box):
+        with box.load(PARENT) as parent:
+            sealed = parent.call("sealed")
+        stdlib = os.path.dirname(os.__file__)
+        assert stdlib in sealed
+        assert not [p for p in sealed if p.startswith(("/workspace", "/tmp", "/dev/shm"))]
+
+
 @needs_bwrap
 def test_a_multi_step_workspace_is_snapshotted_and_restored():
     with Sandbox(persist_workspace=True, workspace_mb=8) as box:

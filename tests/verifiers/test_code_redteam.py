@@ -2,7 +2,9 @@
 
 Every attack targets `add(a, b)` with a wrong (or absent) solution plus a trick. Each must score
 0, and afterwards the host must be as before: the canary file outside the workspace unchanged,
-no process left in the sandbox but its agent, no connection made to the host's listener.
+no process left in the sandbox but its agent, no connection made to the host's listener. The
+last ones attack the judge, which runs the tests inside the sandbox as the program's parent
+process: killing or stopping it, planting modules it would import, forging its verdict.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ TASK = {
 }
 TRUTHY_TASK = {"format": "mbpp", "test_list": ["assert is_ok(3)", "assert is_ok(5)", "assert not is_ok(4)"],
                "test_imports": []}
+# its test imports `colorsys` when it runs, after the program started: from where the program cannot write
+IMPORTING_TASK = {"format": "mbpp", "test_list": ["assert __import__('colorsys').rgb_to_hsv(add(1, 2), 0, 0)[2] == 3"],
+                  "test_imports": []}
+FORGED = "pickle.dumps(('return', {'passed': {0: True, 1: True, 2: True}, 'completed': True}, ()))"
 
 # (name, program, recognisable as a hack from its text or behaviour, task)
 ATTACKS = [
@@ -118,7 +124,27 @@ ATTACKS = [
     ("raise_the_limits", "import resource\nfor r in (resource.RLIMIT_NPROC, resource.RLIMIT_AS, resource.RLIMIT_CPU):\n"
      "    try:\n        resource.setrlimit(r, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n"
      "    except (ValueError, OSError):\n        pass\ndef add(a, b):\n    return None\n", True),
+    # attacks on the judge, the program's parent process in the sandbox
+    ("kill_the_judge", "import os, signal\ndef add(a, b):\n    os.kill(os.getppid(), signal.SIGKILL)\n    return 0\n",
+     True),
+    ("stop_the_judge", "import os, signal\ndef add(a, b):\n    os.kill(os.getppid(), signal.SIGSTOP)\n    return 0\n",
+     True),
+    ("terminate_the_judge_at_load", "import os, signal\nos.kill(os.getppid(), signal.SIGTERM)\n"
+     "def add(a, b):\n    return 0\n", True),
+    ("kill_every_process_it_can", "import os, signal\ndef add(a, b):\n    os.kill(-1, signal.SIGKILL)\n    return 0\n",
+     True),
+    ("plant_modules_the_judge_imports", "import os\nfake = 'def rgb_to_hsv(r, g, b):\\n    return (0, 0, 3)\\n'\n"
+     "for d in ('.', '/tmp', '/dev/shm', os.path.expanduser('~')):\n    for name in ('colorsys.py', 'sitecustomize.py'):\n"
+     "        try:\n            open(os.path.join(d, name), 'w').write(fake)\n        except OSError:\n            pass\n"
+     "def add(a, b):\n    return 0\n", False),
+    ("forge_the_judge_s_verdict", "import os, pickle, struct\n"
+     f"frame = {FORGED}\nframe = struct.pack('!I', len(frame)) + frame\n"
+     "def forge():\n    fds = list(range(64))\n    try:\n"
+     "        fds += [os.open(f'/proc/{os.getppid()}/fd/{n}', os.O_WRONLY) for n in os.listdir(f'/proc/{os.getppid()}/fd')]\n"
+     "    except OSError:\n        pass\n    for fd in fds:\n        try:\n            os.write(fd, frame * 4)\n"
+     "        except OSError:\n            pass\nforge()\ndef add(a, b):\n    forge()\n    return 0\n", True),
 ]
+TASKS = {"truthy_object": TRUTHY_TASK, "plant_modules_the_judge_imports": IMPORTING_TASK}
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +193,7 @@ def test_an_attack_earns_nothing_and_leaves_the_host_as_it_was(verifier, listene
     canary.write_text("untouched")
     before = sorted(os.listdir(tmp_path))
     code = program.replace("PORT", str(port)).replace("CANARY", repr(str(canary)))
-    task = TRUTHY_TASK if name == "truthy_object" else TASK
+    task = TASKS.get(name, TASK)
     score = verifier.score(f"```python\n{code}```", json.dumps(task))
 
     assert score.reward == 0.0 and not score.correct, score
@@ -191,6 +217,20 @@ def test_a_truthy_object_does_not_pass_truth_tests(verifier):
     program = "class Yes:\n    def __bool__(self):\n        return True\ndef is_ok(n):\n    return Yes()\n"
     score = verifier.score(f"```python\n{program}```", json.dumps(TRUTHY_TASK))
     assert score.reward == 0.0 and score.breakdown["hack_suspected"] == 1.0
+
+
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGSTOP", "SIGTERM"])
+def test_a_right_answer_from_a_program_that_ends_or_stops_its_judge_earns_nothing(verifier, signal_name):
+    # no verdict comes back from a judge its program ended or stopped: a failed check, never a pass
+    program = f"import os, signal\ndef add(a, b):\n    os.kill(os.getppid(), signal.{signal_name})\n    return a + b\n"
+    score = verifier.score(f"```python\n{program}```", json.dumps(TASK))
+    assert score.reward == 0.0 and score.status in ("ok", "timeout"), score
+    assert score.breakdown["hack_suspected"] == 1.0
+
+
+def test_the_planted_module_would_have_paid_had_the_judge_imported_it(verifier):
+    # the attack's module is what it claims to be: honest arithmetic passes the task it targets
+    assert verifier.score("def add(a, b):\n    return a + b\n", json.dumps(IMPORTING_TASK)).correct
 
 
 def test_the_honest_solution_still_passes_after_the_attacks(verifier):

@@ -29,6 +29,7 @@ from rlvr_factory.domains.code_repair_mutants import (
 )
 from rlvr_factory.domains.code_repair_workspace import Workspace, WorkspaceRunner
 from rlvr_factory.domains.loaders import read_records
+from rlvr_factory.verifiers.code import parse
 from rlvr_factory.verifiers.isolation import OWN
 from rlvr_factory.verifiers.score import Score
 
@@ -66,15 +67,19 @@ class CodeRepairVerifier:
             files = apply_edits(workspace.files, parse_edits(completion), workspace.editable)
         except ValueError:
             files = workspace.files
-        return self.runner.run(workspace, files, workspace.held_out_tests).score
+        return self.runner.held_out(workspace, files).score
 
 
 def program_tests(row: Mapping[str, Any]) -> tuple[str, list[str], list[str]] | None:
     """A code task row's correct program, its tests as assert lines calling the function by name, and
-    the test imports; None when its tests are not plain asserts (a HumanEval check with loops, say)."""
+    the test imports; None when its tests are not plain asserts (a HumanEval check with loops, say) or
+    do not parse (parsed, bounded, never run)."""
     if {"prompt", "test", "entry_point"} <= row.keys():
-        check = next((n for n in ast.parse(row["test"]).body if isinstance(n, ast.FunctionDef) and n.name == "check"),
-                     None)
+        try:
+            tree = parse(str(row["test"]), "the test")
+        except ValueError:
+            return None
+        check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
         if check is None or not all(isinstance(s, ast.Assert) for s in check.body):
             return None
         rename = check.args.args[0].arg if check.args.args else "candidate"
@@ -104,7 +109,7 @@ class CodeRepairDomain:
     """Workspaces with failing tests; an episode edits one until its tests pass (see the module docstring)."""
 
     name = "code_repair"
-    report_breakdown = ("process",)  # evaluation also reports the held-out tests' pass fraction
+    report_breakdown = ("process",)  # evaluation also reports partial credit: held-out tests repaired (see held_out)
 
     def __init__(
         self,

@@ -6,7 +6,8 @@ the visible tests run in the sandbox; the observation is their bounded report. A
 not parse or apply, or touches a file it may not, changes nothing and is answered with the error
 (`edit_errors`). The episode ends when the model says `DONE`, when the visible tests pass, or
 after `max_turns` actions; then the held-out tests, which the model never saw, decide the
-reward on the final workspace (`process`: the fraction of them passing).
+reward on the final workspace (`process`: the share of the held-out tests the starting workspace
+failed that pass now, so an untouched or only broken workspace earns no partial credit).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class CodeRepairEnvironment:
     def _finish(self, info: dict[str, float], reason: str) -> Step:
         """The episode's verdict: the held-out tests on the final workspace."""
         workspace, self.workspace = self.workspace, None
-        run = self.runner.run(workspace, self.files, workspace.held_out_tests)
+        run = self.runner.held_out(workspace, self.files)
         _count(info, run)
         return Step("", run.score, done=True, info=info, finish_reason=reason, out_of_budget=reason == "max_turns")
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from rlvr_factory.domains.code_repair_edits import Block, apply_edits, occurrences
+from rlvr_factory.verifiers.code import parse
 
 KINDS = ("operator_swap", "off_by_one", "wrong_constant", "swapped_args", "deleted_branch")
 _SWAPS: dict[type, type] = {
@@ -138,8 +139,13 @@ def mutate(source: str, picks: Sequence[int]) -> str:
 
 
 def canonical(source: str) -> str:
-    """The program as `ast.unparse` renders it (what mutants are compared with)."""
-    return ast.unparse(ast.parse(source)) + "\n"
+    """The program as `ast.unparse` renders it (what mutants are compared with); ValueError when it does
+    not parse or is too large or too deeply nested to work on (parsed, never run)."""
+    tree = parse(source, "the program")
+    try:
+        return ast.unparse(tree) + "\n"
+    except RecursionError:
+        raise ValueError("the program is too deeply nested to render") from None
 
 
 PATCH_SEARCH = ("shortest", "lines")

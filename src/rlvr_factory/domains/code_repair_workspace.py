@@ -10,16 +10,24 @@ A workspace reference (a task's `reference`, and a row of an SWE-style JSONL fil
     reference_patch str               search/replace blocks that repair the workspace
 
 Tests are assert lines that call the workspace's functions (`assert add(2, 3) == 5`). They run
-as the code verifier runs MBPP tests (`verifiers/code.py`): here, outside the sandbox, with every
-call to a workspace function made in the sandbox, where the workspace's modules are imported.
-So early exits, tampered equality, patched test runners and fake result files change nothing;
-the tests are never inside the sandbox. Each run restores the sandbox's workspace from the
-files' snapshot, and the sandbox resets after the run, so nothing outlives it.
+as the code verifier runs MBPP tests (`verifiers/code.py`, `verifiers/code_judge.py`): in the
+sandbox, in the judge's process, with every call to a workspace function made in a child process
+of its own, where the workspace's modules are imported. Nothing of a row is evaluated here (its
+tests are only parsed). So early exits, tampered equality, patched test runners and fake result
+files change nothing, and a row's test lines, imports or set-up can touch nothing of the host.
+What a failed test's call gave is described in the sandbox too, within the run's limits and cut to
+a few dozen characters however large or strange the value. Each run restores the sandbox's
+workspace from the files' snapshot, and the sandbox resets after the run, so nothing outlives it.
+
+The held-out verdict (`WorkspaceRunner.held_out`) pays `process` for improvement only: the share
+of the held-out tests the starting workspace failed that now pass (`verifiers.code.improvement`),
+so an untouched workspace, an edit that changes nothing and an edit that breaks passing tests
+earn no partial credit.
 """
 
 from __future__ import annotations
 
-import ast
+import hashlib
 import io
 import json
 import tarfile
@@ -30,12 +38,13 @@ from typing import Any, Mapping, Sequence
 from rlvr_factory.domains.code_repair_edits import (
     EditError, apply_edits, is_test_path, location_problem, parse_edits, path_problem,
 )
-from rlvr_factory.sandbox import CandidateError, ProgramEnded, Sandbox, SandboxError, SandboxStartError, Snapshot
+from rlvr_factory.sandbox import Sandbox, SandboxError, SandboxStartError, Snapshot
 from rlvr_factory.scheduler import InfraError
-from rlvr_factory.verifiers.code import CodeTask, CodeVerifier, hack_signs, run_tests
+from rlvr_factory.verifiers.code import CodeTask, CodeVerifier, Verdict, hack_signs, judge_program
 from rlvr_factory.verifiers.score import Score
 
 REFERENCE_KEYS = ("files", "editable", "visible_tests", "held_out_tests")
+MAX_REMEMBERED_STARTS = 4096  # tasks whose starting pass count a runner keeps
 _SANDBOXES: dict[tuple, Sandbox] = {}  # this process's warm sandboxes, one per setting (kept across episodes)
 
 
@@ -97,11 +106,13 @@ class Workspace:
                       if p.endswith(".py") and not is_test_path(p))
 
     def code_task(self, tests: Sequence[str]) -> CodeTask:
-        """The tests as the code verifier's MBPP-format task."""
-        for line in tests:
-            ast.parse(line)
+        """The tests as the code verifier's MBPP-format task (parsed, never run); ValueError if they are not Python."""
         return CodeTask.from_reference({"format": "mbpp", "test_list": list(tests),
                                         "test_imports": list(self.test_imports)})
+
+    def key(self) -> str:
+        """A digest of the whole reference: what identifies the task's starting point."""
+        return hashlib.sha256(json.dumps(self.as_reference(), sort_keys=True).encode()).hexdigest()
 
 
 def _strings(value: Any, name: str, empty: bool = False) -> list[str]:
@@ -161,7 +172,8 @@ class WorkspaceRunner:
 
     def __init__(self, code: Mapping[str, Any] | None = None, diagnose: bool = True) -> None:
         self.verifier = CodeVerifier(**dict(code or {}))
-        self.diagnose = diagnose  # say what each failed test's call returned or raised
+        self.diagnose = diagnose  # say what each failed visible test's call returned or raised
+        self._passed_before: dict[str, int] = {}  # workspace key -> held-out tests its starting files pass
 
     def sandbox(self) -> Sandbox:
         """This process's sandbox for these settings, started; InfraError when none starts."""
@@ -170,80 +182,81 @@ class WorkspaceRunner:
         try:
             box = _SANDBOXES.get(key)
             if box is None:
-                box = _SANDBOXES[key] = Sandbox(self.verifier.backend, self.verifier.limits,
-                                                self.verifier.workspace_mb, **self.verifier.backend_options)
+                box = _SANDBOXES[key] = Sandbox(**self.verifier.sandbox_options())
             box.start()
         except SandboxStartError as e:
             raise InfraError(f"no sandbox for the workspace: {e}") from e
         return box
 
-    def run(self, workspace: Workspace, files: Mapping[str, str], tests: Sequence[str]) -> TestRun:
-        """Run `tests` against `files` (the workspace as it stands); InfraError when no sandbox starts."""
+    def held_out(self, workspace: Workspace, files: Mapping[str, str]) -> TestRun:
+        """The held-out tests on `files`, scored with `process` the improvement over the starting workspace
+        (its `passed_before` recorded in the breakdown); InfraError when no sandbox starts."""
+        return self.run(workspace, files, workspace.held_out_tests, passed_before=self.passed_before(workspace))
+
+    def passed_before(self, workspace: Workspace) -> int:
+        """How many held-out tests the workspace's starting files pass (run once per task and process)."""
+        key = workspace.key()
+        if key not in self._passed_before:
+            if len(self._passed_before) >= MAX_REMEMBERED_STARTS:
+                self._passed_before.pop(next(iter(self._passed_before)))
+            start = self.run(workspace, workspace.files, workspace.held_out_tests)
+            self._passed_before[key] = sum(start.passed)
+        return self._passed_before[key]
+
+    def run(self, workspace: Workspace, files: Mapping[str, str], tests: Sequence[str],
+            passed_before: int | None = None) -> TestRun:
+        """Run `tests` against `files` (the workspace as it stands); InfraError when no sandbox starts.
+        With `passed_before`, the score's `process` is the improvement over it (`CodeVerifier.verdict_score`)."""
         box = self.sandbox()
         starts, started = box.starts, time.perf_counter()
         task = workspace.code_task(tests)
         for attempt in range(2):  # a sandbox lost mid-run is retried once in a fresh one
             try:
-                run = self._run_in(box, workspace, files, task)
+                run = self._run_in(box, workspace, files, task, passed_before)
                 break
             except SandboxStartError as e:
                 raise InfraError(f"the sandbox did not start: {e}") from e
             except SandboxError as e:
                 if attempt:  # lost twice: the workspace takes its sandbox down, and scores nothing
                     error = f"the run took its sandbox down ({e})"
-                    run = TestRun([False] * len(tests), error=error, score=Score(
-                        0.0, False, breakdown={"outcome": 0.0, "process": 0.0, "hack_suspected": 1.0}, message=error))
+                    run = TestRun([False] * len(tests), error=error,
+                                  score=self.verifier.lost_sandbox_score(task, error, passed_before))
                 self.sandbox()
         run.seconds, run.restarts = time.perf_counter() - started, box.starts - starts
         return run
 
-    def _run_in(self, box: Sandbox, workspace: Workspace, files: Mapping[str, str], task: CodeTask) -> TestRun:
+    def _run_in(self, box: Sandbox, workspace: Workspace, files: Mapping[str, str], task: CodeTask,
+                passed_before: int | None) -> TestRun:
         box.restore(snapshot(files), as_base=True)
-        failures: list[str] = []
-        with box.load(loader_source(workspace.modules()), self.verifier.limits) as program:
-            verdict = run_tests(program, task)
-            tests = task.tests.splitlines()
-            passed = [verdict.passed.get(i, False) for i in range(len(tests))]
-            for line, ok in zip(tests, passed):
-                if not ok and not verdict.load_error and verdict.ended is None:
-                    failures.append(f"{line}: {_what_happened(program, line, task) if self.diagnose else 'failed'}")
-        ended = program.ended
+        verdict = judge_program(box, loader_source(workspace.modules()), task, self.verifier.limits, self.diagnose)
+        lines = task.tests.splitlines()
+        passed = [verdict.passed.get(i, False) for i in range(len(lines))]
+        failures = [f"{line}: {verdict.failures.get(i, 'failed')}" for i, (line, ok) in enumerate(zip(lines, passed))
+                    if not ok and not verdict.load_error and verdict.ended is None and not verdict.setup_error]
         signs = sorted(set(_signs(files, workspace.editable)) - set(_signs(workspace.files, workspace.editable)))
-        score = self.verifier.verdict_score(verdict, signs)
-        error = ""
-        if program.load_error is not None:
-            error = f"the workspace did not import: {program.load_error[0]}: {program.load_error[1]}"
-        elif verdict.ended is not None:
-            # the verifier's own judgement of a timeout (the wall-clock deadline or the CPU-time limit's
-            # SIGXCPU, whichever a busy loop hits first), so the observation and the reward never disagree
-            error = (f"the tests ran past the {self.verifier.limits.timeout_s:g} s limit" if score.status == "timeout"
-                     else f"the program ended during the tests (exit code {verdict.ended.result.exit_code})")
-        stderr = ended.stderr.decode("utf-8", "replace") if ended is not None else ""
-        return TestRun(passed, failures, error, score.status == "timeout", stderr, score=score)
+        score = self.verifier.verdict_score(verdict, signs, passed_before)
+        return TestRun(passed, failures, _error(verdict, score, self.verifier.limits.timeout_s),
+                       score.status == "timeout", verdict.stderr, score=score)
+
+
+def _error(verdict: Verdict, score: Score, timeout_s: float) -> str:
+    """Why a run ended before its tests did: the workspace did not import, it timed out, or a process ended."""
+    if verdict.setup_error:
+        return f"the tests could not run: {verdict.setup_error}"
+    if verdict.load_error is not None:
+        return f"the workspace did not import: {verdict.load_error[0]}: {verdict.load_error[1]}"
+    if verdict.ended is None:
+        return verdict.judge_error
+    # the verifier's own judgement of a timeout (the wall-clock deadline or the CPU-time limit's SIGXCPU,
+    # whichever a busy loop hits first), so the observation and the reward never disagree
+    if score.status == "timeout":
+        return f"the tests ran past the {timeout_s:g} s limit"
+    who = "the tests' judge was ended" if verdict.ended.judge else "the program ended during the tests"
+    return f"{who} (exit code {verdict.ended.exit_code})"
 
 
 def _signs(files: Mapping[str, str], editable: Sequence[str]) -> list[str]:
     return [sign for path in editable for sign in hack_signs(files.get(path, ""))]
-
-
-def _what_happened(program: Any, line: str, task: CodeTask) -> str:
-    """For a failed `assert call == expected`: what the call returned or raised; else `failed`."""
-    tree = ast.parse(line).body[0]
-    if not (isinstance(tree, ast.Assert) and isinstance(tree.test, ast.Compare) and len(tree.test.ops) == 1):
-        return "failed"
-    namespace: dict[str, Any] = {"__name__": "__judge__"}
-    exec(compile(task.setup, "<test setup>", "exec"), namespace)
-    for name in task.candidate_names():
-        namespace[name] = lambda *a, _name=name, **k: program.call(_name, *a, **k)
-    try:
-        value = eval(compile(ast.Expression(tree.test.left), "<test>", "eval"), namespace)
-    except CandidateError as e:
-        return f"raised {e.kind}: {e.message[:120]}"
-    except ProgramEnded:
-        return "the program ended"
-    except Exception as e:  # noqa: BLE001 - the test's own expression failed around the call
-        return f"raised {type(e).__name__}"
-    return f"got {value!r:.80}"
 
 
 def render_run(run: TestRun, budget: int) -> str:

@@ -25,6 +25,13 @@ Every message that crosses the sandbox boundary is decoded with `safe_loads`, wh
 plain values only (no class of the sender's choosing is ever constructed), so a compromised
 sandbox can send wrong answers but never code. The agent relays the program's call replies
 as opaque bytes; it never decodes what the candidate sends.
+
+The host's configuration may name modules to preload (`Sandbox(preload=...)`, the host's own
+trusted source): the agent runs them before its template starts, so every run finds them
+imported. A loaded program may serve another program in a child of its own (`start_child`) and
+call it as the host calls a loaded program: the code judge runs a task's tests that way, with
+the candidate in the child, unable to trace it, read its memory or descriptors, or plant a module
+it would import (it keeps only `SEALED_PATH`, the import paths nothing in the sandbox can write).
 """
 
 from __future__ import annotations
@@ -271,6 +278,173 @@ def serve_program(source: str, rfd: int, wfd: int) -> None:
         except BaseException as e:  # noqa: BLE001
             payload = dumps(("raise", _exception_name(e), _describe(e)))
         write_frame(wfd, payload)
+
+
+# ---------------------------------------------------------------------------------------------
+# A run's own child program: a loaded program (the code judge) serves another program in a child
+# process and calls it the way the host calls a loaded program, without sharing a process with it.
+
+SEALED_PATH: list[str] = []  # the import path entries nothing in the sandbox can change (set at start)
+EXIT_GRACE_S = 0.1  # a child that closed its pipes is given this long to exit before it is killed
+
+
+class ChildGone(Exception):
+    """The child program ended, or ran past its deadline; `ChildProgram.ended` says how."""
+
+
+def sealed_path(path: list[str]) -> list[str]:
+    """The entries of `path` that nothing in the sandbox can change: existing absolute paths that are
+    not writable, nor is any directory above them, as written and as resolved."""
+    memo: dict[str, bool] = {}
+    return [p for p in path if os.path.isabs(p) and os.path.exists(p)
+            and _sealed(p, memo) and _sealed(os.path.realpath(p), memo)]
+
+
+def _sealed(place: str, memo: dict[str, bool]) -> bool:
+    if place not in memo:
+        parent = os.path.dirname(place)
+        memo[place] = not os.access(place, os.W_OK) and (parent == place or _sealed(parent, memo))
+    return memo[place]
+
+
+def start_child(source: str, deadline: float, imports: tuple[str, ...] = ()) -> ChildProgram:
+    """Serve `source` in a child of this process until `deadline` (monotonic).
+
+    First this process imports `imports` (failures ignored) and is made non-dumpable, so that the
+    child can neither trace it nor read its memory or descriptors through /proc; the child closes
+    every descriptor but its stdio and its two pipes and gets the interpreter's whole import path;
+    then this process keeps only `SEALED_PATH`, so no module the child writes is ever imported here.
+    """
+    ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a child gone mid-call is an error to handle, not a kill
+    for name in imports:
+        parent, _, attribute = name.rpartition(".")
+        try:
+            if not (parent and hasattr(sys.modules.get(parent), attribute)):  # `from m import x`: x may be a module
+                __import__(name)
+        except (Exception, SystemExit):  # noqa: BLE001 - whoever needs the module says what is wrong
+            pass
+    path = list(sys.path)
+    call_r, call_w = os.pipe()
+    reply_r, reply_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        _serve_child(source, path, call_r, reply_w)
+    os.close(call_r)
+    os.close(reply_w)
+    sys.path[:] = SEALED_PATH
+    return ChildProgram(pid, call_w, reply_r, deadline)
+
+
+def _serve_child(source: str, path: list[str], call_r: int, reply_w: int) -> None:
+    """In the forked child: keep only stdio and the two pipes, restore the import path and SIGPIPE,
+    serve the program until the parent hangs up. Never returns."""
+    try:
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        low, high = sorted((call_r, reply_w))
+        os.closerange(3, low)
+        os.closerange(low + 1, high)
+        os.closerange(high + 1, 1 << 16)
+        sys.path[:] = path
+        serve_program(source, call_r, reply_w)
+    finally:
+        os._exit(1)
+
+
+class ChildProgram:
+    """A program served in a child of this process (see `start_child`), called over its pipes."""
+
+    def __init__(self, pid: int, call_w: int, reply_r: int, deadline: float) -> None:
+        self.pid, self.call_w, self.reply_r = pid, call_w, reply_r
+        self.deadline = deadline  # monotonic; past it the child is killed
+        self.ended: dict | None = None  # how the child ended: {"exit_code", "timed_out"}
+        self.load_error: tuple[str, str] | None = None  # (exception kind, message) when it did not load
+        self._loaded = False
+
+    def loaded(self) -> bool:
+        """Wait for the program's load reply: True when it loaded; else `load_error` or `ended` says why."""
+        if self._loaded or self.load_error is not None or self.ended is not None:
+            return self._loaded
+        try:
+            reply = self._receive()
+            if reply == ("loaded",):
+                self._loaded = True
+            elif type(reply) is tuple and len(reply) == 3 and reply[0] == "load_error" and all(
+                    type(r) is str for r in reply):
+                self.load_error = (reply[1], reply[2][:500])
+            else:
+                self._end(timed_out=False)
+        except ChildGone:
+            pass
+        return self._loaded
+
+    def call(self, name: str, args: tuple, kwargs: dict) -> tuple:
+        """Call `name(*args, **kwargs)` in the child: ("return", value, args after the call) or ("raise",
+        builtin exception name, message), checked; None-valued when the reply is not plain values.
+        ChildGone when the child is gone or past the deadline."""
+        if self.ended is not None:
+            raise ChildGone
+        payload = dumps((name, args, kwargs))
+        try:
+            write_frame(self.call_w, payload, self.deadline)
+        except TimeoutError:
+            self._end(timed_out=True)
+        except OSError:
+            self._end(timed_out=False)
+        answer = self._receive()
+        if type(answer) is tuple and len(answer) == 3 and (
+                answer[0] == "return" or (answer[0] == "raise" and all(type(a) is str for a in answer))):
+            return answer
+        return ("raise", "TypeError", "the program answered with something that is not a plain value")
+
+    def kill(self) -> None:
+        """Kill the child without waiting (whoever reaps this process's children collects it)."""
+        if self.ended is None:
+            os.kill(self.pid, signal.SIGKILL)
+            self._close({"exit_code": -signal.SIGKILL, "timed_out": False})
+
+    def _receive(self):
+        """The child's next message (None when it is not plain values); ChildGone when there is none."""
+        try:
+            frame = read_frame(self.reply_r, self.deadline)
+        except TimeoutError:
+            self._end(timed_out=True)
+        except (OSError, ProtocolError):
+            frame = None
+        if frame is None:
+            self._end(timed_out=False)
+        try:
+            return safe_loads(frame)
+        except ProtocolError:
+            return None
+
+    def _end(self, timed_out: bool) -> None:
+        """Record how the child ended, killing it first if it has not ended; raise ChildGone."""
+        status = None if timed_out else self._exit_status(EXIT_GRACE_S)
+        if status is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            status = os.waitpid(self.pid, 0)[1]
+        self._close({"exit_code": os.waitstatus_to_exitcode(status), "timed_out": timed_out})
+        raise ChildGone
+
+    def _exit_status(self, within: float) -> int | None:
+        """The child's wait status if it exits within `within` seconds; None while it runs."""
+        until = time.monotonic() + within
+        while True:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                return status
+            if time.monotonic() >= until:
+                return None
+            time.sleep(0.002)
+
+    def _close(self, ended: dict) -> None:
+        self.ended = ended
+        os.close(self.call_w)
+        os.close(self.reply_r)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1035,7 +1209,15 @@ def _become(config: dict) -> None:
 
 
 _PRELOAD = ("typing", "math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string",
-            "operator", "statistics", "hashlib", "random", "copy", "json", "datetime", "cmath", "array")
+            "operator", "statistics", "hashlib", "random", "copy", "json", "datetime", "cmath", "array",
+            "ast")  # ast: the code judge (verifiers/code_judge.py) instruments tests with it
+
+
+def _load_module(name: str, source: str) -> None:
+    """Run the host's `source` as the module `name`, before the template starts: every run finds it imported."""
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    exec(compile(source, f"<{name}>", "exec"), module.__dict__)
 
 
 def main() -> None:
@@ -1049,6 +1231,9 @@ def main() -> None:
     _become(config)
     for name in _PRELOAD:
         __import__(name)
+    for name, source in config.get("preload", {}).items():
+        _load_module(name, source)
+    SEALED_PATH[:] = sealed_path(sys.path)
     agent = Agent(config)
     write_frame(cout, dumps(("ready", os.getpid(), os.getuid())))
     agent.serve()

@@ -15,6 +15,10 @@ cannot prove it removed everything marks the sandbox spent, and it is replaced b
 `sandbox_error`. With `persist_workspace`, files stay between runs instead, and `snapshot` /
 `restore` / `reset` step a multi-step environment back cheaply.
 
+Modules the host names in `preload` (its own source, trusted) are run by the agent before its
+template starts, so every run finds them imported without compiling them (the code judge,
+`verifiers/code_judge.py`).
+
 Two things keep the isolated path fast without loosening any of this: a loaded program's calls go
 straight to its own pipes (the agent hands them over; it only drains the program's output and ends
 it at its deadline), and a program leaving its `with` block is released without waiting: the agent
@@ -30,7 +34,7 @@ import os
 import tarfile
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from rlvr_factory.sandbox.agent import ProtocolError, Remote, dumps, read_frame, safe_loads, write_frame
 from rlvr_factory.sandbox.backends import (
@@ -92,12 +96,16 @@ class Sandbox:
         limits: Limits | dict | None = None,
         workspace_mb: int = 64,
         persist_workspace: bool = False,
+        preload: Mapping[str, str] | None = None,
         **backend_options: Any,
     ) -> None:
         self.backend = make_backend(backend, **backend_options) if isinstance(backend, str) else backend
         self.limits = Limits.of(limits)
         self.workspace_mb = workspace_mb  # size of the tmpfs workspace (bubblewrap, docker)
         self.persist_workspace = persist_workspace  # keep files between runs (a multi-step environment)
+        # Python modules (name -> source, trusted: the host's own) the agent runs before its template
+        # starts, so every run finds them imported without compiling them (the code judge)
+        self.preload = dict(preload or {})
         self._transport: Transport | None = None
         self._program: Program | None = None
         self._owed: list[Program] = []  # programs released without waiting for the agent's report, oldest first
@@ -130,7 +138,7 @@ class Sandbox:
             return
         transport, config = self.backend.launch(self.workspace_mb)
         try:
-            transport.send(dumps({**config, "reset_after_run": not self.persist_workspace}))
+            transport.send(dumps({**config, "reset_after_run": not self.persist_workspace, "preload": self.preload}))
             frame = transport.recv(time.monotonic() + START_TIMEOUT_S)
             ready = safe_loads(frame) if frame is not None else None
         except (OSError, TimeoutError, ProtocolError) as e:
