@@ -21,6 +21,12 @@ MATH_VERIFY = {"parse", "verify"}  # called by these names where imported from m
 ALLOWED = {
     ("sandbox/agent.py", "serve_program"): "the agent runs only inside a sandbox: it execs the sandboxed program",
     ("sandbox/agent.py", "main"): "imports the standard library's modules named in _PRELOAD, inside the sandbox",
+    ("sandbox/agent.py", "_load_module"): "runs the host's own preloaded module (the code judge) in the sandbox agent",
+    ("sandbox/agent.py", "start_child"): "imports a task's test imports in the sandboxed judge, before its candidate forks",
+    ("verifiers/code_judge.py", "_run"): "the task's prompt or set-up, in the sandboxed judge (the module is loaded "
+                                         "into code sandboxes; the host only reads its source and pure helpers)",
+    ("verifiers/code_judge.py", "_run_humaneval"): "a HumanEval check, in the sandboxed judge",
+    ("verifiers/code_judge.py", "_run_mbpp"): "MBPP assert lines, in the sandboxed judge",
     ("verifiers/reasoning_gym.py", "scorer"): "builds a family's scorer; called by family_score only",
     ("verifiers/math.py", "_mv_parse"): "Math-Verify's parser: reached from full_check only (the scoring sandbox)",
     ("verifiers/math.py", "full_check"): "Math-Verify's verify: full_check runs in the scoring sandbox",
