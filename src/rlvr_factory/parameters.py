@@ -64,7 +64,7 @@ class ModelConfig:
 @dataclass(frozen=True)
 class DecontaminationConfig:
     n: PositiveInt = 8  # word n-gram length
-    threshold: Fraction = 0.5  # a train prompt sharing >= this share of its n-grams with one eval prompt is removed
+    threshold: Fraction = 0.5  # a train prompt sharing >= this share of its n-grams with one eval prompt, or its numbers and operators and >= this share of its content words (docs/domains.md), is removed
 
 
 @dataclass(frozen=True)
