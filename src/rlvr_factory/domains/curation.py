@@ -49,19 +49,19 @@ _LOOKALIKES = str.maketrans(
 )
 _ASCII_CONTROLS = dict.fromkeys([*range(0x00, 0x09), *range(0x0E, 0x20), 0x7F])  # all but \t \n \v \f \r
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
-_NUMBER_WORDS = {word: str(i) for i, word in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split())} | {
-    word: str(10 * i) for i, word in enumerate("thirty forty fifty sixty seventy eighty ninety".split(), 3)}
-_TENS_WORDS = frozenset("twenty thirty forty fifty sixty seventy eighty ninety".split())
-_UNIT_WORDS = frozenset("one two three four five six seven eight nine".split())
+_UNITS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen " \
+         "seventeen eighteen nineteen".split()
+_TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+_NUMBER_WORDS = {w: str(i) for i, w in enumerate(_UNITS)} | {w: str(10 * i) for i, w in enumerate(_TENS, 2)}
+_UNIT_WORDS, _TENS_WORDS = frozenset(_UNITS[1:10]), frozenset(_TENS)  # twenty five: 25
 _OPERATOR_WORDS = {"plus": "+", "minus": "-", "times": "*", "multiplied": "*", "cdot": "*", "divided": "/", "div": "/"}
 _OPERATORS = frozenset("+-*/^<>%")
 _STOPWORDS = frozenset("""a an the is are was were be been being am of to in on at for by with from as and or but if
-then than that this these those it its it's what what's whats which who whom whose how many much does do did can
+then than that this these those it its what whats which who whom whose how many much does do did can
 could would should will shall may might must i you he she we they me him her us them my your his our their please
 find compute calculate evaluate determine solve work out give state tell express write show get answer result
 value question there here so s t""".split())
+
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) or type(value).__name__.startswith("int")
