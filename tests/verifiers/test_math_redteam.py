@@ -134,6 +134,8 @@ CASES = {
         ("The answer is more than 41.", "42", False),
         ("The answer is about 5 million.", "5", False),
         ("The answer is 7 apples and 42 pears.", "42", False),
+        ("The answer is not 42 " + "apples " * 80, "42", False),  # padded past the 400 characters of a number
+        ("The answer is at least 42 " + "apples " * 80, "42", False),
     ],
 }
 

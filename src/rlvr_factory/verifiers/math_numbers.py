@@ -87,8 +87,9 @@ def normalise(answer: str) -> str:
 
 def changes_value(answer: str, gold: str = "") -> bool:
     """Whether the answer has a number and a word that changes its value which the gold does not share
-    (``5 squared``, ``minus 5``, ``half of 10``): such an answer is rejected rather than read as 5."""
-    if len(answer) > MAX_NUMBER_CHARS or not re.search(r"\d", answer):
+    (``5 squared``, ``minus 5``, ``half of 10``, ``not 5``): such an answer is rejected rather than read as
+    5, however long it is (one linear search)."""
+    if not re.search(r"\d", answer):
         return False
     shared = {w.lower() for w in _VALUE_WORDS.findall(gold)}
     return any(w.lower() not in shared for w in _VALUE_WORDS.findall(_WRAPPERS.sub(r" \1 ", answer)))
