@@ -62,6 +62,7 @@ PARAPHRASES = {  # (evaluation prompt, a short paraphrase of it)
                             "How much do a car at 12500 dollars and a bike at 300 dollars cost?"),
     "short_without_numbers": ("What is the capital of France?", "Name the capital city of France."),
     "a_copy_shorter_than_n_words": ("Compute 7*8", "Compute 7*8"),
+    "padded_with_a_request": ("What is 17 times 23?", "What is 17 times 23? Please answer quickly, my teacher needs it."),
 }
 
 

@@ -266,7 +266,8 @@ def same_problem(train: Gist, evaluation: Gist, threshold: float) -> float | Non
     """The content-word overlap (Jaccard) of two prompts that state one problem, else None.
 
     They must have the same numbers and operators in the same order and an overlap of at least
-    `threshold` (two prompts of numbers and operators alone are the same problem). Unless both are
+    `threshold`, or the train prompt keeps every content word of the evaluation one (padded with a
+    request or a remark); two prompts of numbers and operators alone are the same problem. Unless both are
     short, that needs at least `MIN_PINNING_NUMBERS` numbers (long prompts with fewer are the n-gram
     rule's). Short prompts without numbers must also keep every content word of the evaluation prompt:
     a template filled with another word (``Spell hello backwards``, ``Spell world backwards``) is no copy.
@@ -274,11 +275,12 @@ def same_problem(train: Gist, evaluation: Gist, threshold: float) -> float | Non
     numbers = sum(t.isdecimal() for t in train.skeleton)
     if train.skeleton != evaluation.skeleton or numbers < MIN_PINNING_NUMBERS and not (train.short and evaluation.short):
         return None
-    if not numbers and not evaluation.words <= train.words:
+    kept = evaluation.words <= train.words  # every content word of the evaluation prompt, padded or not
+    if not numbers and not kept:
         return None
     union = train.words | evaluation.words
     overlap = len(train.words & evaluation.words) / len(union) if union else float(bool(numbers))
-    return overlap if overlap >= threshold else None
+    return overlap if overlap >= threshold or numbers and kept else None
 
 
 def _ngram_overlaps(tasks: Sequence[Task], n: int, threshold: float, skip: set[str]) -> dict[int, str]:
