@@ -103,6 +103,7 @@ def test_a_wrong_runtime_parameter_names_the_key_the_allowed_values_and_params(r
     ({"domain": {"verifier": {"limits": {"timeout_s": float("inf")}}}}, "domain.verifier.limits.timeout_s", "finite"),
     ({"domain": {"verifier": {"limits": {"cpu_s": 0}}}}, "domain.verifier.limits.cpu_s", "must be > 0"),
     ({"domain": {"verifier": {"tolerance": float("nan")}}}, "domain.verifier.tolerance", "finite"),
+    ({"verify": {"max_input_chars": 0}}, "verify.max_input_chars", "must be >= 1"),  # 0: every completion an error
 ])
 def test_a_non_finite_number_or_a_non_positive_time_limit_or_worker_count_is_refused(runtime, key, says):
     with pytest.raises(ConfigError) as error:

@@ -154,7 +154,7 @@ class SchedulerConfig:
 class VerifyConfig:
     workers: PositiveInt = 2  # scheduler workers (started only when a symbolic check is needed)
     timeout_seconds: PositiveFloat = 5.0  # wall-clock limit of one check; overruns score 0, status timeout
-    max_input_chars: NonNegativeInt = 100000  # longer completions score 0 with status error, unchecked
+    max_input_chars: PositiveInt = 100000  # longer completions score 0 with status error, unchecked
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)  # where the checks run
 
 
