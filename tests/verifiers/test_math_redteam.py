@@ -120,6 +120,10 @@ CASES = {
         (r"\boxed{\{2\}}", "2, -2", False),
         (r"\boxed{\pm 2}", "2", False),  # a hedge where the gold is one value
         (r"\boxed{1 \pm \sqrt{2}}", r"1+\sqrt{2}", False),
+        (r"\boxed{\pm 2}", r"\{-2, 2\}", True),  # a gold written as a set
+        (r"\boxed{2, -2}", r"\left\{-2, 2\right\}", True),
+        (r"\boxed{2, -2, 3}", r"\{-2, 2\}", False),
+        (r"\boxed{(2, -2)}", "(-2, 2)", False),  # a tuple keeps its order
     ],
     "words_around_the_one_number_of_an_answer_line": [
         ("The answer is definitely 42.", "42", True),

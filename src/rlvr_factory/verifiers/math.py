@@ -81,6 +81,8 @@ _RELATION = re.compile(r"(\\leqslant|\\geqslant|\\leq|\\geq|\\le|\\ge|≤|≥|<|
 # ``(a, b]``: the lookahead finds the comma, so no two stars share a run (linear on any gold)
 _INTERVAL_GOLD = re.compile(r"\\infty|\\cup|^\s*[\[(](?=[^\[\]()]*,)[^\[\]()]*[\])]\s*$")
 _COMMANDS = re.compile(r"\\[A-Za-z]+")
+_SET = re.compile(r"(?:\\left)?\\\{(.*?)(?:\\right)?\\\}", re.DOTALL)
+_SET_BRACES = re.compile(r"\\[{}]")
 
 
 def _distinct(values: list[str], tolerance: float, rounding: bool) -> list[str]:
@@ -128,10 +130,22 @@ def _side_value(side: str) -> str | None:
     return None if value is None else f"{value.numerator}/{value.denominator}"
 
 
+def _set_elements(answer: str) -> str:
+    """The elements of an answer that is one set, ``\\{2, -2\\}`` (its order does not matter), else the answer
+    (``\\{1\\} \\cup \\{2\\}`` is no one set)."""
+    match = _SET.fullmatch(answer.strip())
+    depth = 0
+    for brace in _SET_BRACES.findall(match[1] if match else ""):
+        depth += 1 if brace == "\\{" else -1
+        if depth < 0:
+            return answer
+    return match[1] if match and depth == 0 else answer
+
+
 def _roots(answer: str) -> list[str]:
-    """An answer's parts with assignments dropped (``x = 1`` is 1) and ``a \\pm b`` expanded."""
+    """An answer's parts (a set's elements) with assignments dropped (``x = 1`` is 1) and ``a \\pm b`` expanded."""
     found = []
-    for part in parts(answer):
+    for part in parts(_set_elements(answer)):
         part = _ASSIGNMENT.sub("", part)
         pieces = _PLUS_MINUS.split(part)
         if len(pieces) == 2:
