@@ -86,6 +86,32 @@ def test_a_wrong_runtime_parameter_names_the_key_the_allowed_values_and_params(r
     assert says in str(error.value)
 
 
+# Every number anywhere in the tree is finite, and time limits and worker counts are above 0: one rule
+# (schema.check_number) over typed fields, the library's own dataclasses and the untyped `domain` block.
+@pytest.mark.parametrize(("runtime", "key", "says"), [
+    ({"verify": {"timeout_seconds": float("inf")}}, "verify.timeout_seconds", "must be a finite number, got inf"),
+    ({"verify": {"timeout_seconds": "1e999"}}, "verify.timeout_seconds", "must be a finite number, got inf"),
+    ({"rollout": {"environment": {"timeout_seconds": float("nan")}}}, "rollout.environment.timeout_seconds", "finite"),
+    ({"rollout": {"environment": {"workers": 0}}}, "rollout.environment.workers", "must be > 0"),
+    ({"rollout": {"environment": {"retry": {"backoff_seconds": float("nan")}}}},
+     "rollout.environment.retry.backoff_seconds", "finite"),
+    ({"rl": {"update": {"max_grad_norm": float("nan")}}}, "rl.update.max_grad_norm", "finite"),
+    ({"rl": {"update": {"lr": "inf"}}}, "rl.update.lr", "finite"),
+    ({"rl": {"update": {"kl_coef": float("-inf")}}}, "rl.update.kl_coef", "finite"),
+    ({"sft": {"train": {"lr": float("nan")}}}, "sft.train.lr", "finite"),
+    ({"distributed": {"timeout_minutes": float("inf")}}, "distributed.timeout_minutes", "finite"),
+    ({"domain": {"verifier": {"limits": {"timeout_s": float("inf")}}}}, "domain.verifier.limits.timeout_s", "finite"),
+    ({"domain": {"verifier": {"limits": {"cpu_s": 0}}}}, "domain.verifier.limits.cpu_s", "must be > 0"),
+    ({"domain": {"verifier": {"tolerance": float("nan")}}}, "domain.verifier.tolerance", "finite"),
+    ({"verify": {"max_input_chars": 0}}, "verify.max_input_chars", "must be >= 1"),  # 0: every completion an error
+])
+def test_a_non_finite_number_or_a_non_positive_time_limit_or_worker_count_is_refused(runtime, key, says):
+    with pytest.raises(ConfigError) as error:
+        parameters("code" if "limits" in str(runtime) else None, runtime)
+    assert error.value.key == key and error.value.source == "--params"
+    assert says in str(error.value)
+
+
 def test_a_misspelt_key_in_an_environment_file_names_that_file_and_where_to_add_a_key(tmp_path):
     conf = tmp_path / "conf"
     (conf / "base").mkdir(parents=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 
@@ -67,3 +67,32 @@ def test_types_read_as_a_yaml_reader_expects_and_docs_come_from_field_comments()
     assert describe(int | None) == "int or null"
     assert field_docs(Outer)["names"] == "names, written over two lines"
     assert field_docs(Outer)["inner"] == "a nested block"
+
+
+@dataclass(frozen=True)
+class Knobs:
+    timeout_s: float = 1.0  # a time limit
+    workers: int = 1  # a worker count
+    backoff_seconds: float = 0.0  # a wait: 0 means none
+    scale: float = 1.0  # any number
+    extra: dict[str, Any] = field(default_factory=dict)  # an untyped block
+
+
+@pytest.mark.parametrize(("data", "key", "says"), [
+    ({"scale": float("nan")}, "scale", "must be a finite number, got nan"),
+    ({"scale": "-inf"}, "scale", "must be a finite number, got -inf"),
+    ({"timeout_s": 0}, "timeout_s", "must be > 0 (a time limit or a worker count), got 0.0"),
+    ({"timeout_s": -1.5}, "timeout_s", "must be > 0"),
+    ({"workers": 0}, "workers", "must be > 0"),
+    ({"extra": {"deep": [{"x": float("inf")}]}}, "extra.deep[0].x", "must be a finite number"),
+    ({"extra": {"limits": {"cpu_s": -1}}}, "extra.limits.cpu_s", "must be > 0"),
+    ({"extra": {"generation": {"timeout_seconds": 0}}}, "extra.generation.timeout_seconds", "must be > 0"),
+])
+def test_every_number_is_finite_and_time_limits_and_worker_counts_are_positive(data, key, says):
+    with pytest.raises(ConfigError) as error:
+        parse(Knobs, data)
+    assert error.value.key == key and says in error.value.problem
+
+
+def test_zero_stays_allowed_where_it_means_none():
+    assert parse(Knobs, {"backoff_seconds": 0, "scale": 0, "extra": {"retries": 0, "flag": True}}).scale == 0.0

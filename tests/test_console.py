@@ -55,7 +55,8 @@ def test_a_malformed_row_gets_an_error_and_the_others_still_run(tmp_path):
 def test_bad_arguments_are_refused_with_a_usage_message(tmp_path):
     result, _ = _run(tmp_path, ["{}"], "--workers", "0")
     assert result.returncode == 2
-    assert "--workers must be >= 1" in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "rlvr verify: argument --workers: must be a whole number >= 1, got '0' (see rlvr verify --help)"]
 
 
 # `rlvr verify --domain code` and `rlvr sandbox run`
@@ -222,3 +223,99 @@ def test_rows_are_written_as_they_finish_and_resume_continues_a_killed_run(tmp_p
     assert summary["resumed_after"] == written and summary["rows"] == 8
     out = [json.loads(line) for line in dst.read_text().splitlines()]
     assert [r["id"] for r in out] == list(range(8)) and all(r["correct"] for r in out)
+
+
+# red team: numbers that disable a limit, an output that destroys its input, a resume that mixes two files,
+# references of any shape
+
+
+@pytest.mark.parametrize(("flag", "value"), [
+    ("--timeout", "nan"), ("--timeout", "inf"), ("--timeout", "-inf"), ("--timeout", "1e999"), ("--timeout", "0"),
+    ("--timeout", "-1"), ("--workers", "0"), ("--workers", "-3"), ("--workers", "nan"), ("--workers", "1.5"),
+])
+def test_verify_refuses_a_non_finite_or_non_positive_number_in_one_line(tmp_path, flag, value):
+    result, out = _run(tmp_path, [GOOD], f"{flag}={value}")
+    assert result.returncode == 2 and out == []
+    assert result.stderr.strip().splitlines() == [
+        f"rlvr verify: argument {flag}: must be a "
+        f"{'finite number of seconds > 0' if flag == '--timeout' else 'whole number >= 1'}, got {value!r} "
+        "(see rlvr verify --help)"]
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--timeout", "nan"), ("--timeout", "inf"), ("--timeout", "0"),
+                                             ("--memory-mb", "nan"), ("--memory-mb", "8")])
+def test_sandbox_run_refuses_a_non_finite_or_too_small_limit_in_one_line(flag, value):
+    result = _sandbox(f"{flag}={value}", "--", "true")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr.startswith(f"rlvr sandbox run: argument {flag}: must be")
+
+
+def _verify_paths(src: Path | str, dst: Path | str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(RLVR), "verify", "--input", str(src), "--output", str(dst), *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_an_output_that_is_the_input_under_any_name_is_refused_and_the_input_kept(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text(GOOD + "\n")
+    (tmp_path / "link.jsonl").symlink_to(src)
+    (tmp_path / "hard.jsonl").hardlink_to(src)
+    (tmp_path / "sub").mkdir()
+    for output in (src, tmp_path / "link.jsonl", tmp_path / "hard.jsonl", f"{tmp_path}/sub/../in.jsonl"):
+        for resume in ((), ("--resume",)):
+            result = _verify_paths(src, output, *resume)
+            assert result.returncode == 2 and "is the input file" in result.stderr, (output, resume)
+            assert len(result.stderr.strip().splitlines()) == 1
+            assert src.read_text() == GOOD + "\n"
+
+
+def test_resume_onto_an_output_written_from_another_input_is_refused_and_nothing_is_written(tmp_path):
+    first, second, out = tmp_path / "first.jsonl", tmp_path / "second.jsonl", tmp_path / "out.jsonl"
+    rows = [json.dumps({"id": i, "completion": f"\\boxed{{{i}}}", "reference": {"answer": str(i)}}) for i in range(4)]
+    first.write_text("\n".join(rows[:2]) + "\n")
+    second.write_text("\n".join([rows[0], rows[3], rows[2]]) + "\n")  # the same length, another second row
+    assert _verify_paths(first, out).returncode == 0
+    written = out.read_text()
+    refused = _verify_paths(second, out, "--resume")
+    assert refused.returncode == 2 and "were not written from" in refused.stderr
+    assert out.read_text() == written
+    longer = tmp_path / "longer.jsonl"
+    longer.write_text("\n".join(rows[:2] + ["{broken", rows[3]]) + "\n")  # the same first rows, then more
+    assert _verify_paths(longer, out, "--resume", "--allow-errors").returncode == 0
+    assert [r.get("id") for r in map(json.loads, out.read_text().splitlines())] == [0, 1, None, 3]
+
+
+MALFORMED_REFERENCES = {
+    "a_list_answer": {"answer": ["2", "3"]}, "a_number_answer": {"answer": 2}, "a_null_answer": {"answer": None},
+    "a_nested_answer": {"answer": {"a": [[["2"]]]}}, "a_list_reference": ["2"], "a_number_reference": 2,
+    "no_reference": None, "a_reference_without_answer": {"solution": "2"},
+}
+
+
+def _right_row(domain: str) -> dict:
+    """A row of `domain` whose completion is right."""
+    from rlvr_factory.domains import ExtractionDomain
+
+    if domain == "extraction":
+        task = ExtractionDomain(splits={"train": 1}).generate_tasks()[0]
+        return {"completion": ExtractionDomain.demonstration(None, task), "reference": task.reference}  # type: ignore[arg-type]
+    return {"completion": "\\boxed{4}", "reference": {"answer": "4", **({"domain": "arithmetic"} if domain == "mix" else {})}}
+
+
+@pytest.mark.parametrize("domain", ["math", "gsm8k", "arithmetic", "extraction", "mix"])
+def test_a_malformed_reference_is_one_error_row_and_every_row_after_it_is_written(tmp_path, domain):
+    rows = [{"id": name, "completion": "\\boxed{2}", "reference": reference}
+            for name, reference in MALFORMED_REFERENCES.items()]
+    data = "".join(json.dumps(r) + "\n" for r in [*rows, _right_row(domain)])
+    result, out = _verify_bytes(tmp_path, data.encode(), "--domain", domain, "--workers", "1")
+    assert "Traceback" not in result.stderr and result.returncode == 1
+    assert [r["status"] for r in out] == ["error"] * len(rows) + ["ok"]
+    assert out[-1]["correct"] and all(r["message"].startswith("invalid reference") for r in out[: len(rows)])
+
+
+def test_nan_and_infinity_in_an_input_row_make_it_an_error_row(tmp_path):
+    data = b'{"id": NaN, "completion": "\\\\boxed{4}", "reference": {"answer": "4"}}\n' \
+           b'{"id": 1, "completion": "\\\\boxed{4}", "reference": {"answer": "4"}, "w": 1e999}\n' + GOOD.encode() + b"\n"
+    result, out = _verify_bytes(tmp_path, data, "--workers", "1")
+    assert [r["status"] for r in out] == ["error", "error", "ok"], result.stderr
+    assert "NaN is not a number JSON allows" in out[0]["message"] and "out of a float's range" in out[1]["message"]

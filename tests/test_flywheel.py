@@ -8,6 +8,7 @@ import pytest
 from rlvr_factory.datasets import JSONLinesDataset
 from rlvr_factory.domains import Task, get_domain
 from rlvr_factory.flywheel import SOURCE, ingest, regression_set, task_id
+from rlvr_factory.json_lines import read_json_lines
 from rlvr_factory.pipelines.curate.nodes import curate_tasks
 from rlvr_factory.pipelines.flywheel.nodes import collect_regression, evaluate_regression, ingest_interactions
 from tests.conftest import make_scripted_policy
@@ -40,7 +41,7 @@ def test_verified_interactions_become_train_tasks_and_the_rest_is_held_back_with
     env, pool, evaluation = pool_and_eval()
     rows = [
         interaction("Compute 41+17", "\\boxed{58}", "58", outcome=True),
-        interaction("Compute 30+12", "\\boxed{41}", "42", outcome=True, feedback="thumbs up"),  # logged wrongly as right
+        interaction("Compute 30+12", "\\boxed{41}", "42", outcome=True, feedback="thumbs up"),  # log and verifier disagree
         interaction("Compute 2+2", "4"),  # no reference: never trains
         interaction("Compute 3+3", "6", "6", domain="chess"),  # no such domain here
         {"prompt": "Compute 1+1", "domain": "arithmetic", "timestamp": 1},  # no completion
@@ -50,12 +51,12 @@ def test_verified_interactions_become_train_tasks_and_the_rest_is_held_back_with
         interaction(LONG_EVAL.replace("north", "south"), "5", "5"),  # an evaluation prompt, one word changed
     ]
     result = ingest(rows, pool, evaluation, env, VERIFY, DECONTAMINATION)
-    assert [t.prompt for t in result.tasks] == ["Compute 41+17", "Compute 30+12"]
+    assert [t.prompt for t in result.tasks] == ["Compute 41+17"]
     assert all(t.source == SOURCE and t.split == "train" for t in result.tasks)
     assert result.tasks[0].task_id == task_id("arithmetic", "Compute 41+17")
     stages = [h["stage"] for h in result.held_back]
     assert stages.count("unverifiable") == 2 and stages.count("malformed") == 3
-    assert stages.count("duplicate") == 1 and stages.count("contaminated") == 1
+    assert stages.count("duplicate") == 1 and stages.count("contaminated") == 1 and stages.count("refuted") == 1
     assert all(h["reason"] for h in result.held_back)
     assert result.counts["logged_completions_correct"] == 1 and result.counts["outcome_disagreements"] == 1
     assert result.counts["interactions"] == len(rows) == len(result.tasks) + len(result.held_back)
@@ -108,3 +109,90 @@ def test_the_next_curate_picks_up_the_pool_and_evaluate_scores_the_regression_se
     scored = evaluate_regression(policy, regression, DOMAIN, VERIFY, EVALUATE)
     assert scored["num_tasks"]["value"] == len(regression) and scored["greedy_accuracy"]["value"] == 0.0
     assert evaluate_regression(policy, [], DOMAIN, VERIFY, EVALUATE) == {"num_tasks": {"value": 0.0, "step": 0}}
+
+
+# red team: rows that slipped past the checks or failed the whole file
+
+
+def _ingest(rows):
+    env, pool, evaluation = pool_and_eval()
+    return ingest(rows, pool, evaluation, env, VERIFY, DECONTAMINATION), evaluation
+
+
+def test_an_evaluation_prompt_hidden_by_invisible_or_look_alike_characters_is_held_back():
+    _, _, evaluation = pool_and_eval()
+    prompt = evaluation[0].prompt  # "Compute a+b"
+    variants = [prompt.replace("pute", "p\u200bute"), prompt.replace("Com", "Co\u200dm"), prompt.replace("+", "\u2060+"),
+                "\ufeff" + prompt, prompt.replace("ute", "u\u00adte"), prompt.replace("o", "о"),  # Cyrillic o
+                prompt.translate({ord(c): ord(c) + 0xFEE0 for c in "0123456789+"})]  # full-width digits and plus
+    result, _ = _ingest([interaction(v, "1", evaluation[0].reference["answer"]) for v in variants])
+    assert result.tasks == [] and len(result.held_back) == len(variants)
+    assert {h["stage"] for h in result.held_back} <= {"duplicate", "contaminated"}
+
+
+def test_a_short_paraphrase_of_an_evaluation_prompt_is_contaminated():
+    rows = [interaction("What is 17 times 23?", "391", "391"), interaction("Compute seventeen times twenty-three.", "391", "391")]
+    env, pool, evaluation = pool_and_eval()
+    evaluation = [*evaluation, Task("product", "arithmetic", "Compute 17*23", {"answer": "391", "steps": []}, 1, "test", "x")]
+    result = ingest(rows, pool, evaluation, env, VERIFY, DECONTAMINATION)
+    assert result.tasks == [] and [h["stage"] for h in result.held_back] == ["contaminated", "contaminated"]
+    assert all("product" in h["reason"] for h in result.held_back)
+
+
+def test_a_prompt_over_the_size_limit_is_held_back():
+    result, _ = _ingest([interaction("Compute 1+2 " + "please " * 3000, "3", "3"), interaction("Compute 40+2", "42", "42")])
+    assert [t.prompt for t in result.tasks] == ["Compute 40+2"]
+    assert result.held_back[0]["stage"] == "malformed" and "more than 16000" in result.held_back[0]["reason"]
+
+
+def test_a_reference_the_verifier_refutes_or_cannot_check_is_held_back():
+    rows = [interaction("Compute 2+2", "\\boxed{5}", "2+2=5"),  # an equation whose sides differ is no answer
+            interaction("Compute 1+2", "\\boxed{3}", "{"),  # a brace the boxed answer cannot hold
+            interaction("Compute 9+9", "18", "9" * 30_000),  # longer than the verifier reads
+            interaction("Compute 3+4", "\\boxed{7}", "7", outcome=False),  # the log says wrong, the verifier right
+            interaction("Compute 40+2", "\\boxed{42}", "42", outcome=True)]
+    result, _ = _ingest(rows)
+    assert [t.prompt for t in result.tasks] == ["Compute 40+2"]
+    assert [h["stage"] for h in result.held_back] == ["refuted", "refuted", "unverifiable", "refuted"]
+    assert "scores wrong against it" in result.held_back[0]["reason"] and "log says" in result.held_back[3]["reason"]
+    assert result.counts["held_back.refuted"] == 3 and result.counts["outcome_disagreements"] == 1
+
+
+BAD_LINES = {
+    "deep_nesting": b"[" * 100_000 + b"]" * 100_000,
+    "deep_object": b'{"prompt": ' + b'{"a": ' * 50_000 + b"1" + b"}" * 50_000 + b"}",
+    "a_float_overflowing": b'{"prompt": "Compute 1+1", "completion": "2", "domain": "arithmetic", "timestamp": 1e999999}',
+    "a_100000_digit_integer": b'{"prompt": "Compute 1+1", "timestamp": ' + b"9" * 100_000 + b"}",
+    "nan_literal": b'{"prompt": "Compute 1+1", "completion": "2", "domain": "arithmetic", "timestamp": NaN}',
+    "infinity_literal": b'{"prompt": "Compute 1+1", "completion": "2", "domain": "arithmetic", "outcome": -Infinity}',
+    "invalid_utf8": b'{"prompt": "Compute \xff\xfe", "completion": "2"}',
+    "a_byte_order_mark": "\ufeff".encode() + json.dumps(interaction("Compute 5+5", "10", "10")).encode(),
+    "a_line_separator_outside_strings": b'{"prompt": "Compute 1+1",\xe2\x80\xa8 "completion": "2"}',
+    "binary": bytes(b for b in range(256) if b != 10),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_LINES))
+def test_one_malformed_line_of_any_kind_is_one_held_back_row_and_the_rest_is_ingested(kind):
+    good = [interaction("Compute 40+2", "42", "42"), interaction("Compute 3\u2028+4", "7", "7")]  # raw U+2028 in a string
+    data = json.dumps(good[0]).encode() + b"\n" + BAD_LINES[kind] + b"\r\n" + json.dumps(good[1], ensure_ascii=False).encode()
+    rows = read_json_lines(data)
+    assert len(rows) == 3 and "_error" in rows[1]
+    result, _ = _ingest(rows)
+    assert [t.prompt for t in result.tasks] == ["Compute 40+2", "Compute 3\u2028+4"]
+    assert [h["stage"] for h in result.held_back] == ["malformed"] and "line 2" in result.held_back[0]["reason"]
+
+
+def test_a_row_holding_anything_is_one_held_back_row():
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    rows = [deep, {"prompt": 10**5000, "completion": "2", "domain": "arithmetic", "timestamp": 1},
+            {**interaction("Compute 1+1", "2", "2"), "timestamp": float("nan")},
+            {**interaction("Compute 1+2", "3", "3"), "outcome": float("inf")},
+            {**interaction("Compute 1+3", "4", "4"), "feedback": 10**5000},  # kept as it is: feedback is anything
+            interaction("Compute 1+4", "5", [5]), interaction("Compute 1+5", "6", None) | {"reference": [["6"]]}]
+    result, _ = _ingest(rows)
+    assert [t.prompt for t in result.tasks] == ["Compute 1+3"]
+    assert [h["stage"] for h in result.held_back] == ["malformed"] * 4 + ["unverifiable"] * 2
+    assert all(isinstance(h["row"], str) and h["reason"] for h in result.held_back)

@@ -14,11 +14,17 @@ are kept) with the reference of a task of domain D, as in the `tasks` table: for
 extraction ``{"fields", "values", "currency"}``; for a mix the member's reference with its
 ``domain`` tag. Each output row adds ``reward``, ``correct``, ``status`` and ``breakdown``, and a
 ``message`` when the status is not ``ok``. Rows come out in input order, each written as soon as
-it and the rows before it are done. Any line that is not such a row (invalid UTF-8 or JSON,
-nesting or numbers too big to read, binary) becomes an ``error`` row with a message, and the
-others still run. `--resume` continues a killed run: the rows already in the output are kept and
-their input lines skipped. The exit status is 1 when any row is an ``error`` or ``infra_error``
-(0 with `--allow-errors`), 2 for bad arguments or unreadable files.
+it and the rows before it are done. Any line that is not such a row (a line `json_lines` refuses:
+invalid UTF-8, not JSON, nesting or numbers too big to read, ``NaN``; binary) or whose reference
+the domain cannot read (a list, a number, null, a missing key) becomes an ``error`` row with a
+message, and the others still run. `--output` is never the input file (compared with
+`os.path.samefile`, so a symlink, a hard link or a ``..`` path is caught). `--resume` continues a
+killed run: the rows already in the output are kept and their input lines skipped, after checking
+that each kept row is its input line's row (its own fields, the verdict fields aside, hashed in
+order against the input's first lines), so an output written from another input is refused before
+anything is written. `--timeout` and `--workers` take finite numbers above 0. The exit status is 1
+when any row is an ``error`` or ``infra_error`` (0 with `--allow-errors`), 2 for bad arguments or
+unreadable files (one line on stderr).
 
 `sandbox run` runs one command in a fresh sandbox (its stdin is empty) and prints its output and
 exits with its exit code (124 when it timed out, 128+N when signal N killed it, 125 when the
@@ -28,6 +34,7 @@ sandbox failed); with ``--json`` it prints one JSON object instead of the output
 from __future__ import annotations
 
 import argparse
+import hashlib
 import inspect
 import json
 import math
@@ -35,17 +42,19 @@ import os
 import sys
 from collections import Counter, deque
 from dataclasses import dataclass
-from typing import IO, Any, Callable, Iterator, Sequence
+from typing import IO, Any, Callable, Iterator, NoReturn, Sequence
 
 from tqdm.auto import tqdm
 
 from rlvr_factory.audit import command as audit_command
+from rlvr_factory.json_lines import LineError, parse_line
 from rlvr_factory.sandbox import BACKENDS, DEFAULT_BACKEND, Limits, RunResult, Sandbox, SandboxStartError
 from rlvr_factory.verifiers.pool import Verifier, VerifierPool
 
 SANDBOX_START_S = 10.0  # pool time allowed on top of a code check's own limit (sandbox start-up)
 MAX_LINE_BYTES = 16 * 1024 * 1024  # a longer input line is an error row, not read into memory whole
 RAW_CHARS = 200  # how much of an unreadable line its error row keeps
+VERDICT_FIELDS = ("reward", "correct", "status", "breakdown", "message")  # what verification adds to a row
 MIX = "mix"
 
 
@@ -170,25 +179,22 @@ def parse_row(number: int, raw: bytes, gold: Callable[[Any], str], cut: bool = F
     if cut:
         return Row(shown, None, f"line {number} is longer than {MAX_LINE_BYTES} bytes")
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return Row(shown, None, f"line {number} is not UTF-8 text ({e.reason} at byte {e.start})")
-    try:
-        row = json.loads(text)
-    except RecursionError:
-        return Row(shown, None, f"line {number} is nested too deeply to read as JSON")
-    except ValueError as e:  # JSONDecodeError, or an integer too long to convert
-        return Row(shown, None, f"line {number} is not valid JSON: {e}")
+        row = parse_line(raw, number)
+    except LineError as e:
+        return Row(shown, None, str(e))
     if not isinstance(row, dict):
         return Row(shown, None, f"line {number} is a JSON {type(row).__name__}, not an object")
     completion = row.get("completion")
     if not isinstance(completion, str):
         return Row(row, None, "missing or non-string 'completion'")
     try:
-        return Row(row, (completion, gold(row.get("reference"))))
+        answer = gold(row.get("reference"))
     except Exception as e:  # noqa: BLE001 - whatever is wrong with a reference is this row's error
         detail = f"{type(e).__name__}: {e}" if not isinstance(e, ValueError) else str(e)
         return Row(row, None, f"invalid reference: {detail}"[:500])
+    if not isinstance(answer, str):
+        return Row(row, None, f"invalid reference: its gold answer is a {type(answer).__name__}, not a string")
+    return Row(row, (completion, answer))
 
 
 def _encode(row: dict[str, Any]) -> bytes:
@@ -196,7 +202,7 @@ def _encode(row: dict[str, Any]) -> bytes:
     try:
         return (json.dumps(row) + "\n").encode()
     except (ValueError, TypeError, RecursionError) as e:
-        kept = {k: row[k] for k in ("reward", "correct", "status", "breakdown", "message") if k in row}
+        kept = {k: row[k] for k in VERDICT_FIELDS if k in row}
         return (json.dumps({**kept, "unwritable_row": f"{type(e).__name__}: {e}"[:300]}) + "\n").encode()
 
 
@@ -212,39 +218,109 @@ def _open(path: str, mode: str, flag: str) -> IO[bytes]:
         raise UsageError(f"cannot {'read' if 'r' in mode else 'write'} {flag} {path!r}: {e.strerror}") from None
 
 
-def finished_rows(path: str) -> Counter[str]:
-    """The statuses of the rows a killed run left in `path` (a row cut short by the kill is dropped)."""
-    statuses: Counter[str] = Counter()
+def _refuse_own_input(args: argparse.Namespace) -> None:
+    """Refuse an --output that is the --input file under another name (a symlink, a hard link, ``..``)."""
+    if "-" in (args.input, args.output) or not os.path.exists(args.output):
+        return
+    try:
+        same = os.path.samefile(args.input, args.output)
+    except OSError:
+        return  # an input that cannot be read is reported when it is opened
+    if same:
+        raise UsageError(f"--output {args.output!r} is the input file {args.input!r}: writing would destroy it; "
+                         "give another --output")
+
+
+def _fingerprint(row: dict[str, Any]) -> bytes:
+    """What an output row keeps of its input row: the row without the verdict fields, as JSON."""
+    if "unwritable_row" in row:
+        return b"unwritable"
+    try:
+        return json.dumps({k: v for k, v in row.items() if k not in VERDICT_FIELDS}).encode()
+    except (ValueError, TypeError, RecursionError):
+        return b"unwritable"
+
+
+@dataclass
+class Finished:
+    """The rows a killed run left in its output: their statuses, the digest of their input rows, and where
+    the last whole row ends (a row cut short by the kill is dropped)."""
+
+    statuses: Counter[str]
+    digest: str
+    end: int
+
+
+def finished_rows(path: str) -> Finished:
+    """The rows a killed run left in `path` (see `Finished`); the file is not changed."""
+    statuses, digest, end = Counter(), hashlib.sha256(), 0
     if not os.path.exists(path):
-        return statuses
-    with open(path, "rb+") as out:
-        end = 0
+        return Finished(statuses, digest.hexdigest(), end)
+    with open(path, "rb") as out:
         for number, line in enumerate(out, start=1):
             if not line.endswith(b"\n"):
                 break
             try:
-                statuses[json.loads(line)["status"]] += 1
+                row = json.loads(line)
+                statuses[row["status"]] += 1
             except (ValueError, KeyError, TypeError, RecursionError):
                 raise UsageError(f"cannot resume: line {number} of {path!r} is not a row rlvr verify wrote") from None
+            digest.update(_fingerprint(row) + b"\0")
             end += len(line)
-        out.truncate(end)
-    return statuses
+    return Finished(statuses, digest.hexdigest(), end)
+
+
+def _skip_finished(lines: Iterator[tuple[int, bytes, bool]], finished: Finished, args: argparse.Namespace,
+                   gold: Callable[[Any], str]) -> int:
+    """Read past the input lines whose rows `--output` already holds, checking that it holds exactly those
+    rows (each row's own fields, verdicts aside, are its input line's); returns how many were skipped."""
+    skip, digest = sum(finished.statuses.values()), hashlib.sha256()
+    for _ in range(skip):
+        line = next(lines, None)
+        if line is None:
+            raise UsageError(f"cannot resume: {args.output!r} holds {skip} rows, more than {args.input!r} has")
+        digest.update(_fingerprint(parse_row(line[0], line[1], gold, line[2]).data) + b"\0")
+    if digest.hexdigest() != finished.digest:
+        raise UsageError(f"cannot resume: the {skip} rows in {args.output!r} were not written from {args.input!r} "
+                         "(they differ from its first lines); give another --output, or drop --resume to start over")
+    return skip
 
 
 def verify_file(args: argparse.Namespace) -> int:
     """Verify every row of `args.input` into `args.output`; returns the exit status."""
+    if args.resume and args.output == "-":
+        raise UsageError("--resume needs --output to be a file")
+    _refuse_own_input(args)
     target = verify_target(args.domain, args)
-    counts = finished_rows(args.output) if args.resume else Counter()
-    skip = sum(counts.values())
-    with _open(args.input, "rb", "--input") as src, _open(args.output, "ab" if args.resume else "wb", "--output") as dst, \
+    finished = finished_rows(args.output) if args.resume else Finished(Counter(), "", 0)
+    counts = Counter(finished.statuses)
+    with _open(args.input, "rb", "--input") as src:
+        lines = _lines(src)
+        skip = _skip_finished(lines, finished, args, target.gold) if args.resume else 0
+        if args.resume and os.path.exists(args.output):
+            os.truncate(args.output, finished.end)  # drop a row the kill cut short
+        _verify_lines(lines, target, args, counts, skip)
+    print(json.dumps({"rows": sum(counts.values()), "resumed_after": skip,
+                      **{s: counts[s] for s in ("ok", "timeout", "error", "infra_error")}}), file=sys.stderr)
+    failed = counts["error"] + counts["infra_error"]
+    if failed and not args.allow_errors:
+        print(f"rlvr verify: {failed} rows could not be judged (status error or infra_error; see their 'message'); "
+              "--allow-errors exits 0 anyway", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _verify_lines(lines: Iterator[tuple[int, bytes, bool]], target: VerifyTarget, args: argparse.Namespace,
+                  counts: Counter[str], skip: int) -> None:
+    """Verify the remaining input lines into `args.output` in input order, each row written when it and the
+    rows before it are done; `counts` gains each row's status."""
+    with _open(args.output, "ab" if args.resume else "wb", "--output") as dst, \
             VerifierPool(target.verifier, workers=args.workers, timeout=target.pool_timeout) as pool, \
             tqdm(desc="verify", unit="row", file=sys.stderr, mininterval=1.0, initial=skip) as bar:
         rows: deque[Row] = deque()
 
         def pairs() -> Iterator[tuple[str, str]]:
-            for index, (number, raw, cut) in enumerate(_lines(src)):
-                if index < skip:
-                    continue
+            for number, raw, cut in lines:
                 row = parse_row(number, raw, target.gold, cut)
                 rows.append(row)
                 if row.pair is not None:
@@ -266,16 +342,6 @@ def verify_file(args: argparse.Namespace) -> int:
             write(row)
         while rows:
             write(_errored(rows.popleft()))
-    if sum(counts.values()) < skip:
-        raise UsageError(f"cannot resume: {args.output!r} holds {skip} rows, more than {args.input!r} has")
-    print(json.dumps({"rows": sum(counts.values()), "resumed_after": skip,
-                      **{s: counts[s] for s in ("ok", "timeout", "error", "infra_error")}}), file=sys.stderr)
-    failed = counts["error"] + counts["infra_error"]
-    if failed and not args.allow_errors:
-        print(f"rlvr verify: {failed} rows could not be judged (status error or infra_error; see their 'message'); "
-              "--allow-errors exits 0 anyway", file=sys.stderr)
-        return 1
-    return 0
 
 
 def _errored(row: Row) -> Row:
@@ -289,6 +355,8 @@ def _errored(row: Row) -> Row:
 def sandbox_run(args: argparse.Namespace) -> int:
     """Run one command in a fresh sandbox; print its output (or a JSON report) and return its exit status."""
     command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not [a for a in command if a != "--"]:
+        raise UsageError("sandbox run needs a command after --")
     limits = Limits(timeout_s=args.timeout, cpu_s=math.ceil(args.timeout), memory_mb=args.memory_mb)
     try:
         with Sandbox(args.backend, limits) as box:
@@ -315,9 +383,41 @@ def sandbox_run(args: argparse.Namespace) -> int:
 # -- the parser -----------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlvr", description="RLVR Factory command line.")
-    commands = parser.add_subparsers(dest="command", required=True)
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are one line on stderr, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least `minimum`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {text!r}")
+        return value
+
+    return parse
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a time limit, a finite number of seconds above 0 (``nan``, ``inf``, 0 and less refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
+    return value
+
+
+def add_verify(commands: argparse._SubParsersAction) -> None:
+    """The `verify` command."""
     domains = domain_summaries()
     width = max(map(len, domains))
     verify = commands.add_parser(
@@ -328,13 +428,13 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--domain", choices=sorted(domains), default="math", metavar="DOMAIN",
                         help="the domain whose verifier judges the rows (listed below; default math)")
     verify.add_argument("--input", required=True, help="JSONL of {id, completion, reference}; - for stdin")
-    verify.add_argument("--output", required=True, help="JSONL written in input order; - for stdout")
+    verify.add_argument("--output", required=True, help="JSONL written in input order; - for stdout; never --input")
     verify.add_argument("--resume", action="store_true",
-                        help="keep the rows already in --output and verify only the input lines after them")
+                        help="keep the rows already in --output (written from this --input) and verify the lines after")
     verify.add_argument("--allow-errors", action="store_true",
                         help="exit 0 even when some rows are error or infra_error")
-    verify.add_argument("--workers", type=int, default=2, help="verifier worker processes")
-    verify.add_argument("--timeout", type=float, default=None,
+    verify.add_argument("--workers", type=at_least(1), default=2, help="verifier worker processes")
+    verify.add_argument("--timeout", type=seconds, default=None,
                         help="seconds per check (math: symbolic check, default 5; code: the program's run, default 3)")
     verify.add_argument("--strict", action="store_true", help="math: only a boxed answer counts")
     verify.add_argument("--rounding", action="store_true",
@@ -342,34 +442,39 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--backend", choices=sorted(BACKENDS), default=DEFAULT_BACKEND,
                         help="code: the sandbox backend ('process' isolates nothing)")
     verify.set_defaults(run=verify_file)
+
+
+def add_sandbox(commands: argparse._SubParsersAction) -> None:
+    """The `sandbox run` command."""
     sandbox = commands.add_parser("sandbox", help="run commands in a sandbox")
     sandbox_commands = sandbox.add_subparsers(dest="sandbox_command", required=True)
     run = sandbox_commands.add_parser("run", help="run one command in a fresh sandbox",
                                       usage="rlvr sandbox run [options] -- CMD ARGS...")
     run.add_argument("--backend", choices=sorted(BACKENDS), default=DEFAULT_BACKEND,
                      help="bubblewrap (default), docker, or process (rlimits only: not isolation)")
-    run.add_argument("--timeout", type=float, default=10.0, help="wall-clock seconds before the command is killed")
-    run.add_argument("--memory-mb", type=int, default=1024, help="address-space limit per process")
+    run.add_argument("--timeout", type=seconds, default=10.0, help="wall-clock seconds before the command is killed")
+    run.add_argument("--memory-mb", type=at_least(16), default=1024, help="address-space limit per process")
     run.add_argument("--json", action="store_true", help="print one JSON object instead of the output")
     run.add_argument("argv", nargs=argparse.REMAINDER, help="the command and its arguments, after --")
     run.set_defaults(run=sandbox_run)
-    audit_command.add_parser(commands)
+
+
+# Each command adds its parser (setting `run`, called with the parsed arguments, returning the exit
+# status; a `UsageError` it raises is one line on stderr and exit status 2).
+COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {"verify": add_verify, "sandbox": add_sandbox,
+                                                                        "audit": audit_command.add_parser}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(prog="rlvr", description="RLVR Factory command line.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for add in COMMANDS.values():
+        add(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command == "verify":
-        if args.workers < 1 or (args.timeout is not None and args.timeout <= 0):
-            parser.error("--workers must be >= 1 and --timeout > 0")
-        if args.resume and args.output == "-":
-            parser.error("--resume needs --output to be a file")
-    if args.command == "sandbox":
-        if args.timeout <= 0 or args.memory_mb < 16:
-            parser.error("--timeout must be > 0 and --memory-mb >= 16")
-        if not [a for a in args.argv if a != "--"]:
-            parser.error("sandbox run needs a command after --")
+    args = build_parser().parse_args(argv)
     try:
         return args.run(args)
     except (UsageError, audit_command.AuditUsageError) as e:

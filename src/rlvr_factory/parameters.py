@@ -65,7 +65,7 @@ class ModelConfig:
 @dataclass(frozen=True)
 class DecontaminationConfig:
     n: PositiveInt = 8  # word n-gram length
-    threshold: Fraction = 0.5  # a train prompt sharing >= this share of its n-grams with one eval prompt is removed
+    threshold: Fraction = 0.5  # a train prompt sharing >= this share of its n-grams with one eval prompt, or its numbers and operators and >= this share of its content words (docs/domains.md), is removed
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ class SchedulerConfig:
 class VerifyConfig:
     workers: PositiveInt = 2  # scheduler workers (started only when a symbolic check is needed)
     timeout_seconds: PositiveFloat = 5.0  # wall-clock limit of one check; overruns score 0, status timeout
-    max_input_chars: NonNegativeInt = 100000  # longer completions score 0 with status error, unchecked
+    max_input_chars: PositiveInt = 100000  # longer completions score 0 with status error, unchecked
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)  # where the checks run
 
 

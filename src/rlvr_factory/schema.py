@@ -7,7 +7,10 @@ comment (the documentation, see `field_docs`). `parse(cls, data, key)` builds it
 - each value is checked against its field's type: `bool`, `int`, `float` (an int or a numeric
   string such as YAML 1.1's `1e-3` is read as a float), `str`, `Literal[...]` (the allowed
   values), `X | None`, `list[X]`, `tuple[X, ...]`, `dict[K, V]`, `Any`, or a nested dataclass;
-- `Annotated[int, Range(ge=1)]` (or an alias such as `PositiveInt`) adds bounds.
+- `Annotated[int, Range(ge=1)]` (or an alias such as `PositiveInt`) adds bounds;
+- every number, typed or inside an `Any` block (the `domain` block), is checked by `check_number`:
+  `nan` and `inf` are refused everywhere, and a setting named as a time limit or a worker count
+  (`POSITIVE_NAME`: `timeout...`, `..._s`, `workers`, `..._threads`) must be above 0.
 
 `to_dict(obj)` writes the block back as plain data, every default filled in.
 """
@@ -18,6 +21,8 @@ import dataclasses
 import difflib
 import inspect
 import io
+import math
+import re
 import tokenize
 import types
 from dataclasses import dataclass
@@ -67,6 +72,30 @@ NonNegativeInt = Annotated[int, Range(ge=0)]
 PositiveFloat = Annotated[float, Range(gt=0)]
 NonNegativeFloat = Annotated[float, Range(ge=0)]
 Fraction = Annotated[float, Range(ge=0, le=1)]
+# Names of settings that are time limits or worker counts: 0 or less would disable the limit or start nothing.
+POSITIVE_NAME = re.compile(r"timeout|_s$|(?:^|_)(?:workers|threads)$")
+
+
+def check_number(key: str, value: Any) -> None:
+    """Refuse a number that is not finite, or not above 0 under a `POSITIVE_NAME` (the last part of `key`)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    if not math.isfinite(value):
+        raise ConfigError(key, f"must be a finite number, got {value!r}")
+    if value <= 0 and POSITIVE_NAME.search(key.rsplit(".", 1)[-1].split("[")[0]):
+        raise ConfigError(key, f"must be > 0 (a time limit or a worker count), got {value!r}")
+
+
+def _check_numbers(key: str, value: Any) -> None:
+    """`check_number` on every number in a block of any shape (lists and mappings walked)."""
+    if isinstance(value, Mapping):
+        for name, item in value.items():
+            _check_numbers(_join(key, str(name)), item)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_numbers(f"{key}[{i}]", item)
+    else:
+        check_number(key, value)
 
 
 def closest(name: str, valid: list[str]) -> str:
@@ -197,6 +226,7 @@ def _value(tp: Any, value: Any, key: str) -> Any:
                 raise ConfigError(key, f"must be {bound}, got {value!r}")
         return value
     if tp is Any:
+        _check_numbers(key, value)
         return value
     if _is_union(tp):
         args = get_args(tp)
@@ -233,6 +263,13 @@ def _value(tp: Any, value: Any, key: str) -> Any:
 
 
 def _scalar(tp: Any, value: Any, key: str) -> Any:
+    """`value` as the scalar type `tp` (numbers checked by `check_number`), else a ConfigError."""
+    value = _as_scalar(tp, value, key)
+    check_number(key, value)
+    return value
+
+
+def _as_scalar(tp: Any, value: Any, key: str) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value

@@ -250,3 +250,10 @@ def test_get_domain_rejects_an_unknown_name_and_lists_the_known_ones():
     with pytest.raises(ValueError, match=r"unknown domain 'chess'; known domains: \['arithmetic', "):
         get_domain({"name": "chess"})
     assert "arithmetic" in DOMAINS
+
+
+@pytest.mark.parametrize("reference", [{"answer": ["2", "3"]}, {"answer": 2}, {"answer": None}, {"steps": []}, ["2"], None,
+                                       {"answer": {"a": [[["2"]]]}}])
+def test_a_reference_without_a_string_answer_is_a_value_error(reference):
+    with pytest.raises(ValueError, match="a reference needs 'answer', a string"):
+        ArithmeticDomain.gold(reference)

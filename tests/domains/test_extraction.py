@@ -92,3 +92,18 @@ def test_the_pretraining_corpus_excludes_held_out_prompts():
 def test_unknown_levels_are_refused():
     with pytest.raises(ValueError, match="levels must be among 1-4"):
         get_domain({"name": "extraction", "splits": {"train": 1}, "levels": [5]})
+
+
+@pytest.mark.parametrize(("reference", "says"), [
+    ({"fields": "total", "values": {"total": "1.00"}}, "a list of names"),  # a string, not a list: once a KeyError 't'
+    ({"fields": [["total"]], "values": {}}, "a list of names"),
+    ({"fields": ["nope"], "values": {"nope": 1}}, "a list of names"),
+    ({"fields": ["total"], "values": {"total": float("nan")}}, "not a readable amount"),
+    ({"fields": ["total"], "values": {"total": 10**5000}}, "not a readable amount"),
+    ({"fields": ["total"], "values": ["1.00"]}, "values mapping"),
+    (["total"], "a list of names"),
+    (None, "a list of names"),
+])
+def test_a_malformed_reference_is_a_value_error_saying_what_is_wrong(reference, says):
+    with pytest.raises(ValueError, match=says):
+        ExtractionDomain.gold(reference)

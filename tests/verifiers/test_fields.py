@@ -250,3 +250,39 @@ def test_pathological_completions_are_judged_in_bounded_time(completion):
     started = time.perf_counter()
     verdict = VERIFIER.score(completion, TAXED)
     assert time.perf_counter() - started < 0.5 and verdict.status == "ok" and not verdict.correct
+
+
+def _gold_json(values: str, schema: str = '{"total": "amount"}') -> str:
+    return '{"schema": ' + schema + ', "values": ' + values + ', "currency": null}'
+
+
+@pytest.mark.parametrize(("gold", "says"), [
+    (_gold_json('{"total": NaN}'), "not a readable amount"),
+    (_gold_json('{"total": Infinity}'), "not a readable amount"),
+    (_gold_json('{"total": 1e999999}'), "not a readable amount"),
+    (_gold_json('{"total": "' + "9" * 100_000 + '"}'), "not a readable amount"),
+    (_gold_json('{"total": ' + "9" * 100_000 + "}"), "ValueError"),  # JSON refuses to read the integer
+    (_gold_json('{"total": ' + "9" * 4000 + "}"), "not a readable amount"),
+    (_gold_json('{"rate": NaN}', '{"rate": "rate"}'), "not a readable rate"),
+    (_gold_json('{"line_items": ["1"] }'.replace('["1"]', json.dumps(["1"] * 20_000)), '{"line_items": "items"}'),
+     "not a readable items"),
+])
+def test_a_gold_with_an_unreadable_amount_is_an_error_in_bounded_time(gold, says):
+    started = time.perf_counter()
+    verdict = FieldsVerifier(max_completion_chars=200_000).score('{"total": 1, "line_items": ' + json.dumps(
+        [str(i) for i in range(2000)]) + "}", gold)
+    assert time.perf_counter() - started < 1.0
+    assert verdict.status == "error" and says in verdict.message and verdict.reward == 0.0
+
+
+def test_a_long_list_of_line_items_is_judged_in_bounded_time():
+    gold = make_gold({"line_items": "items"}, {"line_items": [f"{i}.00" for i in range(200)]})
+    started = time.perf_counter()
+    verdict = FieldsVerifier(max_completion_chars=10**6).score(json.dumps({"line_items": ["0.5"] * 50_000}), gold)
+    assert time.perf_counter() - started < 1.0 and verdict.status == "ok" and verdict.reward == 0.0
+
+
+@pytest.mark.parametrize("gold", [None, ["x"], 7, {"schema": {}}])
+def test_a_gold_or_completion_that_is_not_a_string_is_an_error(gold):
+    assert VERIFIER.score(TAXED_RIGHT, gold).status == "error"
+    assert VERIFIER.score(gold, TAXED).status == "error"

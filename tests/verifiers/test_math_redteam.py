@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from rlvr_factory.domains.math import math_answer_key
 from rlvr_factory.verifiers.math import MathVerifier
 
 CASES = {
@@ -105,6 +106,41 @@ CASES = {
         (r"\boxed{0.(3)}", r"\frac{1}{3}", True),
         (r"\boxed{0.\overline{3}}", "0.4", False),
     ],
+    "plus_minus_and_sets_match_a_gold_of_several_values_part_for_part": [
+        (r"\boxed{2, -2}", r"\pm 2", True),
+        (r"\boxed{-2 \text{ or } 2}", r"\pm 2", True),
+        (r"\boxed{x = 2 \text{ or } x = -2}", r"\pm2", True),
+        (r"\boxed{\{2, -2\}}", r"\pm 2", True),
+        (r"\boxed{[2, -2]}", r"\pm 2", True),
+        (r"\boxed{\pm 2}", "2, -2", True),
+        (r"\boxed{\{-2,2\}}", "2, -2", True),
+        (r"\boxed{2, -2, 3}", r"\pm 2", False),  # a hedge: one part more
+        (r"\boxed{2}", r"\pm 2", False),  # one part fewer
+        (r"\boxed{\{2, -2, 5\}}", "2, -2", False),
+        (r"\boxed{\{2\}}", "2, -2", False),
+        (r"\boxed{\pm 2}", "2", False),  # a hedge where the gold is one value
+        (r"\boxed{1 \pm \sqrt{2}}", r"1+\sqrt{2}", False),
+        (r"\boxed{\pm 2}", r"\{-2, 2\}", True),  # a gold written as a set
+        (r"\boxed{2, -2}", r"\left\{-2, 2\right\}", True),
+        (r"\boxed{2, -2, 3}", r"\{-2, 2\}", False),
+        (r"\boxed{(2, -2)}", "(-2, 2)", False),  # a tuple keeps its order
+    ],
+    "words_around_the_one_number_of_an_answer_line": [
+        ("The answer is definitely 42.", "42", True),
+        ("The answer is 42 (apples).", "42", True),
+        ("So the answer is 42, I think.", "42", True),
+        ("Answer: the number 42", "42", True),
+        ("The answer is 43 (apples).", "42", False),
+        ("The answer is 42 or so.", "42", False),
+        ("The answer is 42, not 43.", "42", False),
+        ("The answer is not 42.", "42", False),
+        ("The answer is at least 42.", "42", False),
+        ("The answer is more than 41.", "42", False),
+        ("The answer is about 5 million.", "5", False),
+        ("The answer is 7 apples and 42 pears.", "42", False),
+        ("The answer is not 42 " + "apples " * 80, "42", False),  # padded past the 400 characters of a number
+        ("The answer is at least 42 " + "apples " * 80, "42", False),
+    ],
 }
 
 
@@ -158,6 +194,41 @@ PATHOLOGICAL = {
     "choice_letters": "The answer is " + "A or B, " * 2300,
     "newlines": "\n" * 19_000 + "Answer: 5",
 }
+
+
+# 100 kB inputs built against a regular expression that backtracked: each took from seconds to minutes.
+LONG = {
+    "equals_then_spaces": "=" + " " * 100_000 + "x",  # a stated computation's result (process reward)
+    "an_interval_of_commas": "(" + "," * 100_000,  # as the gold: is it an interval?
+    "equals_then_numbers": ("1" * 161 + "=") * 620,
+    "hashes_then_newlines": "#### " + "\n" * 100_000 + "}",
+    "dollars_in_the_tail": "\\(" * 50_000,
+}
+
+
+@pytest.mark.parametrize("name", sorted(LONG))
+def test_parsing_a_100k_answer_or_gold_takes_linear_time(name):
+    text = LONG[name]
+    verifier = MathVerifier(max_completion_chars=200_000, max_answer_chars=200_000)
+    took = []
+    for _ in range(2):
+        gc.disable()
+        try:
+            started = time.perf_counter()
+            for completion, gold in ((text, "42"), (r"\boxed{42}", text), (text, "(C) Cecile"), (text, text)):
+                verifier.quick_score(completion, gold)
+            math_answer_key(text)
+            took.append(time.perf_counter() - started)
+        finally:
+            gc.enable()
+    assert min(took) < 3.0, (name, took)
+
+
+@pytest.mark.parametrize("gold", [["2"], 2, None, {"answer": "2"}, ("2",)])
+def test_a_gold_that_is_not_a_string_is_an_error_score_never_an_exception(verifier, gold):
+    for check in (verifier.score, verifier.quick_score):
+        score = check(r"\boxed{2}", gold)
+        assert score.status == "error" and not score.correct and "must be strings" in score.message
 
 
 @pytest.mark.parametrize("name", sorted(PATHOLOGICAL))

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from rlvr_factory.domains.base import Scorer, SingleTurnEnvironment, Step, Task
 from rlvr_factory.domains.calculator import CalculatorLimits, answer_call, find_call
-from rlvr_factory.domains.math import math_answer_key
+from rlvr_factory.domains.math import math_answer_key, reference_answer
 from rlvr_factory.verifiers.score import Score
 from rlvr_factory.verifiers.math import MathVerifier
 
@@ -246,8 +246,8 @@ class ArithmeticDomain:
 
     @staticmethod
     def gold(reference: dict[str, Any]) -> str:
-        """What the verifier compares a completion with: the reference answer."""
-        return reference["answer"]
+        """What the verifier compares a completion with: the reference answer (a ValueError unless a string)."""
+        return reference_answer(reference)
 
     def score(self, completion: str, reference: dict[str, Any]) -> Score:
         """Verify one completion in this process (the pipeline verifies through a worker pool)."""

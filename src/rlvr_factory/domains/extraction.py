@@ -201,9 +201,13 @@ class ExtractionDomain:
 
     @staticmethod
     def gold(reference: dict[str, Any]) -> str:
-        """The requested fields' types and true values, and the document's currency."""
-        fields = reference["fields"]
-        return make_gold({f: SCHEMA[f] for f in fields}, reference["values"], reference.get("currency"))
+        """The requested fields' types and true values, and the document's currency; a ValueError saying
+        what is wrong for a reference that is not such an object (fields not a list of known names, values
+        missing or unreadable)."""
+        fields = reference.get("fields") if isinstance(reference, dict) else None
+        if not isinstance(fields, list) or not fields or not all(isinstance(f, str) and f in SCHEMA for f in fields):
+            raise ValueError(f"an extraction reference needs 'fields': a list of names among {sorted(SCHEMA)}")
+        return make_gold({f: SCHEMA[f] for f in fields}, reference.get("values"), reference.get("currency"))
 
     def demonstration(self, task: Task, worked: bool = True) -> str:
         """The answer as compact JSON (extraction has no worked steps, so `worked` changes nothing)."""

@@ -12,11 +12,11 @@ from typing import Any
 
 from rlvr_factory.domains.base import Task
 from rlvr_factory.domains.loaders import LoadedDomain, required_text
-from rlvr_factory.domains.math import math_answer_key
+from rlvr_factory.domains.math import math_answer_key, reference_answer
 from rlvr_factory.verifiers.math import MathVerifier
 from rlvr_factory.verifiers.score import Score
 
-_FINAL = re.compile(r"^\s*####\s*(.+?)\s*$", re.MULTILINE)
+_FINAL = re.compile(r"^[^\S\n]*####[^\S\n]*(\S(?:.*\S)?)[^\S\n]*$", re.MULTILINE)  # within a line, linear
 _CALCULATOR = re.compile(r"<<[^<>]*>>")
 MAX_DIFFICULTY = 8
 
@@ -42,8 +42,8 @@ class GSM8KDomain(LoadedDomain):
 
     @staticmethod
     def gold(reference: dict[str, Any]) -> str:
-        """The final number."""
-        return reference["answer"]
+        """The final number (a ValueError unless it is a string)."""
+        return reference_answer(reference)
 
     def demonstration(self, task: Task, worked: bool = True) -> str:
         """The worked solution without calculator annotations, ending `#### n`; or `#### n` alone."""

@@ -18,6 +18,15 @@ from rlvr_factory.verifiers.score import Score
 _LEVEL = re.compile(r"^\s*(?:level\s*)?([1-9])\s*$", re.IGNORECASE)
 
 
+def reference_answer(reference: Any) -> str:
+    """A math reference's answer: the string under ``answer`` (a ValueError otherwise, saying what it got)."""
+    answer = reference.get("answer") if isinstance(reference, dict) else None
+    if not isinstance(answer, str):
+        got = type(answer).__name__ if isinstance(reference, dict) else f"a {type(reference).__name__} reference"
+        raise ValueError(f"a reference needs 'answer', a string; got {got}")
+    return answer
+
+
 def math_answer_key(completion: str) -> str | None:
     """The completion's final answer in canonical spelling (for majority voting), or None."""
     answer = extract_answer(completion)
@@ -51,8 +60,8 @@ class MathDomain(LoadedDomain):
 
     @staticmethod
     def gold(reference: dict[str, Any]) -> str:
-        """The reference answer."""
-        return reference["answer"]
+        """The reference answer (a ValueError unless it is a string)."""
+        return reference_answer(reference)
 
     def demonstration(self, task: Task, worked: bool = True) -> str:
         """The reference solution (it ends with the boxed answer), or the boxed answer alone."""

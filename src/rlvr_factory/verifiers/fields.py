@@ -43,6 +43,7 @@ CENT = Decimal("0.01")
 MAX_DIGITS = 30  # an amount or rate with more significant or integer digits than this is unreadable
 MAX_DEPTH = 32  # a JSON object nested deeper than this is not an answer
 MAX_OBJECTS = 20  # JSON objects looked at per completion
+MAX_ITEMS = 200  # a longer list of line items is unreadable (matching is quadratic in the items)
 MONTHS = {m: i + 1 for i, m in enumerate(
     ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
      "november", "december"))}
@@ -139,7 +140,7 @@ def parse_amount(value: Any) -> tuple[Decimal | None, str | None]:
     if isinstance(value, (int, float, Decimal)):
         try:
             return _bounded(Decimal(str(value)) if not isinstance(value, int) or abs(value) < 10**MAX_DIGITS
-                            else Decimal("Infinity")), None
+                            else Decimal("Infinity")), None  # str() of a 5000-digit int would raise
         except InvalidOperation:
             return None, None
     if not isinstance(value, str) or len(value) > 10 * MAX_DIGITS:
@@ -181,7 +182,7 @@ def _amount_matches(predicted: Any, gold: Any, currency: str | None) -> bool:
 
 def _items_credit(predicted: Any, gold: list) -> float:
     """Fraction of gold line items matched one-to-one by the predicted list (extras count against it)."""
-    if not isinstance(predicted, list):
+    if not isinstance(predicted, list) or len(predicted) > MAX_ITEMS:
         return 0.0
     remaining = [parse_amount(g)[0] for g in gold]
     matched = 0
@@ -336,11 +337,46 @@ def find_json_object(text: str) -> dict | None:
     return json_answer(text).value
 
 
+def gold_problem(schema: Any, values: Any) -> str | None:
+    """What makes a gold unusable (None: nothing): a schema that is not a mapping of field names to
+    `FIELD_TYPES`, a field without a value, or an amount, rate or item list that cannot be read
+    (NaN, infinity, more than `MAX_DIGITS` digits, more than `MAX_ITEMS` items)."""
+    if not isinstance(schema, dict) or not schema or not isinstance(values, dict):
+        return "expected a non-empty schema mapping and a values mapping"
+    for name, kind in schema.items():
+        if kind not in FIELD_TYPES:
+            return f"unknown types: field {name!r} is {str(kind)[:40]!r}, not one of {', '.join(FIELD_TYPES)}"
+        if name not in values:
+            return f"fields without a value: {name!r}"
+        if not _readable(kind, values[name]):
+            return f"field {name!r}: {_shown(values[name])} is not a readable {kind}"
+    return None
+
+
+def _shown(value: Any) -> str:
+    """A value's start as it reads in a message (an integer too long to print, by its type)."""
+    try:
+        return repr(str(value)[:40])
+    except ValueError:
+        return f"an {type(value).__name__} too long to print"
+
+
+def _readable(kind: str, value: Any) -> bool:
+    """Whether a gold value of a numeric kind reads as a finite number (other kinds: always)."""
+    if kind == "amount":
+        return parse_amount(value)[0] is not None
+    if kind == "rate":
+        return parse_rate(value) is not None
+    if kind == "items":
+        return isinstance(value, list) and len(value) <= MAX_ITEMS and all(_readable("amount", v) for v in value)
+    return True
+
+
 def make_gold(schema: dict[str, str], values: dict[str, Any], currency: str | None = None) -> str:
     """The gold string the verifier reads: requested fields with their types and true values."""
-    unknown = {k: t for k, t in schema.items() if t not in FIELD_TYPES}
-    if unknown or set(schema) - set(values):
-        raise ValueError(f"bad schema: unknown types {unknown}, fields without a value {set(schema) - set(values)}")
+    problem = gold_problem(schema, values)
+    if problem:
+        raise ValueError(f"bad extraction gold: {problem}")
     return json.dumps({"schema": schema, "values": {k: values[k] for k in schema}, "currency": currency},
                       sort_keys=True)
 
@@ -361,15 +397,20 @@ class FieldsVerifier:
 
     def score(self, completion: str, gold: str) -> Score:
         """Score one completion against a gold made by `make_gold`; never raises (a bad gold is status error)."""
+        if not isinstance(completion, str) or not isinstance(gold, str):
+            return Score(reward=0.0, correct=False, status="error", breakdown={"format": 0.0},
+                         message=f"completion and gold must be strings, got {type(completion).__name__} and "
+                                 f"{type(gold).__name__}")
         if len(completion) > self.max_completion_chars:
             return Score(reward=0.0, correct=False, status="error", breakdown={"format": 0.0},
                          message=f"the completion is longer than max_completion_chars={self.max_completion_chars}")
         try:
             spec = json.loads(gold)
             schema, values, currency = spec["schema"], spec["values"], spec.get("currency")
-            if not schema or not all(kind in FIELD_TYPES and name in values for name, kind in schema.items()):
-                raise ValueError("fields without a type or a value")
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            problem = gold_problem(schema, values)
+            if problem:
+                raise ValueError(problem)
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
             return Score(reward=0.0, correct=False, status="error", breakdown={"format": 0.0},
                          message=f"invalid extraction gold: {type(e).__name__}: {e}")
         found = json_answer(completion)

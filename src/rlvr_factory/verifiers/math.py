@@ -15,14 +15,19 @@ equations). The grader's rules on top:
   one (``5 (or 6)``, ``A or B``) score 0 unless the gold itself lists several parts;
 - a gold that is a plain number is not answered by an operation on numbers left undone (``12+34``,
   ``(9+1)``, ``\\dbinom{8}{4}``, ``2^{10}``: the question restated, which Math-Verify would evaluate): 0;
-- ``\\pm`` and lists of roots (``x = 1, x = 2``) match a gold of several parts, an inequality
-  (``-4 \\le x \\le 0``) matches the interval it describes, repeating decimals are exact.
+- ``\\pm`` and lists of roots (``x = 1, x = 2``, ``\\{2, -2\\}``) match a gold of several parts
+  (``2, -2`` or ``\\pm 2``) part for part, order-free; one part more or fewer is wrong; an inequality
+  (``-4 \\le x \\le 0``) matches the interval it describes, repeating decimals are exact;
+- an answer line's one number with plain words around it is that number (``The answer is
+  definitely 42 (apples).``), unless a word hedges, bounds or negates it (``42 or so``, ``not 42``).
 
-``quick_score`` runs only the string and numeric checks, in time linear in the input (bounded on
-any 20 kB string), so it is safe in the caller's process; ``score`` adds Math-Verify, which hands
-the answer to sympy's ``parse_expr`` (an ``eval``) and can be slow on adversarial input: it runs in
-the scoring sandbox, in a process forked for that one check and killed at its time limit
-(`verifiers.isolation`), with Math-Verify's own signal-based timeouts off.
+``quick_score`` runs only the string and numeric checks, in time linear in the input (every
+regular expression it runs on a completion or a gold is linear, or runs on a bounded slice;
+tests/verifiers/test_math_redteam.py times 100 kB inputs built against each), so it is safe in the
+caller's process; a gold or completion that is not a string is an ``error`` score. ``score`` adds
+Math-Verify, which hands the answer to sympy's ``parse_expr`` (an ``eval``) and can be slow on
+adversarial input: it runs in the scoring sandbox, in a process forked for that one check and killed
+at its time limit (`verifiers.isolation`), with Math-Verify's own signal-based timeouts off.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
 from rlvr_factory.verifiers.math_extraction import (
+    HEDGE,
     MAX_ANSWERS,
     Answers,
     choice_letter,
@@ -73,13 +79,14 @@ for _logger in ("math_verify.parser", "math_verify.grader"):  # in every process
 
 _DECIMAL_COMMA = re.compile(r"-?(?:0,\d+|\d+,(?:\d{1,2}|\d{4,}))")
 _DECIMAL_LITERAL = re.compile(r"(?<![\d.])(\d*)\.(\d+)(?![\d.eE])")
-_HEDGE = re.compile(r"(?<![A-Za-z\\])(?:or|maybe|perhaps|possibly|probably|alternatively|either)(?![A-Za-z])",
-                    re.IGNORECASE)
 _ASSIGNMENT = re.compile(r"^\s*[A-Za-z](?:_\{?\w{1,3}\}?)?\s*=\s*(?=\S)")
 _PLUS_MINUS = re.compile(r"\\pm|±")
 _RELATION = re.compile(r"(\\leqslant|\\geqslant|\\leq|\\geq|\\le|\\ge|≤|≥|<|>)")
-_INTERVAL_GOLD = re.compile(r"\\infty|\\cup|^\s*[\[(][^\[\]()]*,[^\[\]()]*[\])]\s*$")
+# ``(a, b]``: the lookahead finds the comma, so no two stars share a run (linear on any gold)
+_INTERVAL_GOLD = re.compile(r"\\infty|\\cup|^\s*[\[(](?=[^\[\]()]*,)[^\[\]()]*[\])]\s*$")
 _COMMANDS = re.compile(r"\\[A-Za-z]+")
+_SET = re.compile(r"(?:\\left)?\\\{(.*?)(?:\\right)?\\\}", re.DOTALL)
+_SET_BRACES = re.compile(r"\\[{}]")
 # an operation on numbers left undone: 12+34, (9+1), 3 \times 4, 2^{10}, \dbinom{8}{4}, 5!
 _UNEVALUATED = re.compile(r"\d\s*\)?\s*(?:[-+*×÷^]|\\times|\\cdot|\\div)\s*\(?\s*\{?\s*\d|\\[dt]?binom|\d\s*!")
 
@@ -129,10 +136,22 @@ def _side_value(side: str) -> str | None:
     return None if value is None else f"{value.numerator}/{value.denominator}"
 
 
+def _set_elements(answer: str) -> str:
+    """The elements of an answer that is one set, ``\\{2, -2\\}`` (its order does not matter), else the answer
+    (``\\{1\\} \\cup \\{2\\}`` is no one set)."""
+    match = _SET.fullmatch(answer.strip())
+    depth = 0
+    for brace in _SET_BRACES.findall(match[1] if match else ""):
+        depth += 1 if brace == "\\{" else -1
+        if depth < 0:
+            return answer
+    return match[1] if match and depth == 0 else answer
+
+
 def _roots(answer: str) -> list[str]:
-    """An answer's parts with assignments dropped (``x = 1`` is 1) and ``a \\pm b`` expanded."""
+    """An answer's parts (a set's elements) with assignments dropped (``x = 1`` is 1) and ``a \\pm b`` expanded."""
     found = []
-    for part in parts(answer):
+    for part in parts(_set_elements(answer)):
         part = _ASSIGNMENT.sub("", part)
         pieces = _PLUS_MINUS.split(part)
         if len(pieces) == 2:
@@ -280,7 +299,7 @@ class MathVerifier(Sandboxed):
             return _Judgement(None, gold_answer, False)
         if any(len(v) > self.max_answer_chars for v in found.values):
             raise _Oversize(f"a final answer is longer than max_answer_chars={self.max_answer_chars}")
-        several = len(golds) > 1 or len(parts(gold_answer)) > 1
+        several = len(golds) > 1 or len(_roots(gold_answer)) > 1  # ``\pm 2`` is two values
         if len(found.values) > MAX_ANSWERS:
             return _Judgement(found.values[-1], gold_answer, found.marked, spam=found.marked)
         distinct = _distinct(list(found.values), self.tolerance, self.rounding)
@@ -289,8 +308,8 @@ class MathVerifier(Sandboxed):
             interval = as_interval(predicted)
             distinct, predicted = ([interval], interval) if interval else (distinct, predicted)
         spam = found.marked and not several and (
-            len(distinct) > 1 or len(_distinct(parts(distinct[0]), self.tolerance, self.rounding)) > 1
-            or bool(_HEDGE.search(distinct[0])))
+            len(distinct) > 1 or len(_distinct(_roots(distinct[0]), self.tolerance, self.rounding)) > 1
+            or bool(HEDGE.search(distinct[0])))
         stated = predicted
         rejected = changes_value(predicted, gold_answer) or any(
             sides_differ(p, self.tolerance, self.rounding) for p in parts(predicted))
@@ -319,6 +338,9 @@ class MathVerifier(Sandboxed):
 
     def _quick(self, completion: str, gold: str) -> tuple[Score | None, _Judgement | None]:
         """The fast-path verdict (or None) and the extraction it rests on."""
+        if not isinstance(completion, str) or not isinstance(gold, str):
+            message = f"completion and gold must be strings, got {type(completion).__name__} and {type(gold).__name__}"
+            return self._score("", 0.0, False, status="error", message=message), None
         if len(completion) > self.max_completion_chars or len(gold) > self.max_completion_chars:
             message = f"input longer than max_completion_chars={self.max_completion_chars}"
             return self._score("", 0.0, False, status="error", message=message), None

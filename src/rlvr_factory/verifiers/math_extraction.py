@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rlvr_factory.verifiers.math_numbers import _THOUSANDS
+from rlvr_factory.verifiers.math_numbers import _MULTIPLIERS, _THOUSANDS, changes_value
 
 MAX_ANSWER_CHARS = 1000  # a longer final answer is not looked into
 MAX_CHOICE_CHARS = 60  # a multiple-choice gold (``(C) Cecile``) is no longer than this
@@ -26,9 +26,16 @@ _BOX_START = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BOLD = re.compile(r"(?<![\w*])\*\*(?=\S)([^*\n]{1,400}?)(?<=\S)\*\*(?![\w*])")
 _ANSWER_LINE = re.compile(r"^.*\banswer\b\s*(?:is\b|[:=])\s*(.*)$|^[ \t]*A[ \t]*:\s*(.*)$", re.IGNORECASE | re.MULTILINE)
 _HASHES = re.compile(r"^[ \t]*####(.*)$", re.MULTILINE)
-_NOT_AN_ANSWER = re.compile(
-    r"(?:in)?correct\b|right\b|wrong\b|below\b|above\b|as follows\b|(?:not|that|this)\b", re.IGNORECASE
+_NOT_AN_ANSWER = re.compile(  # a remark (``not unique``), not an answer (``not 42`` is one, and rejected)
+    r"(?:in)?correct\b|right\b|wrong\b|below\b|above\b|as follows\b|(?:not(?!\s*\$?-?\d)|that|this)\b",
+    re.IGNORECASE,
 )
+HEDGE = re.compile(r"(?<![A-Za-z\\])(?:or|maybe|perhaps|possibly|probably|alternatively|either)(?![A-Za-z])",
+                   re.IGNORECASE)
+_SCALE = re.compile(r"(?<![A-Za-z])(?:" + "|".join(_MULTIPLIERS) + r"|percent|percentage|pct)s?(?![A-Za-z])",
+                    re.IGNORECASE)  # words that `as_number` reads into the value
+_LONE_NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?(?![\w%])")
+_PLAIN_WORDS = re.compile(r"[A-Za-z'’ \t,;:!()]*")
 _SENTENCE_END = re.compile(r"\.(?:\s|$)")
 _HOPE = "I hope it is correct"
 _STATES_SOMETHING = re.compile(r"[\d$\\^_=<>]|^\s*\(?[A-Ea-e]\)?\s*$")
@@ -95,11 +102,24 @@ def _clip_sentence(answer: str) -> str:
     return (answer[: end.start()] if end else answer).strip().rstrip(".").strip()
 
 
+def lone_number(answer: str) -> str:
+    """The answer's one number when plain words surround it (``the number 42, I think``, ``42 (apples)``),
+    else the answer unchanged: two numbers, math, or a word that hedges, bounds, negates or scales the
+    number (``42 or so``, ``at least 42``, ``5 million``) keep it whole, for the verdict to judge."""
+    numbers = list(_LONE_NUMBER.finditer(answer))
+    if len(numbers) != 1:
+        return answer
+    rest = answer[: numbers[0].start()] + " " + answer[numbers[0].end() :]
+    if not _PLAIN_WORDS.fullmatch(rest) or HEDGE.search(rest) or _SCALE.search(rest) or changes_value(answer):
+        return answer
+    return numbers[0][0]
+
+
 def _answer_lines(text: str, after: int) -> list[str]:
     """The answers stated by ``#### x`` lines, else by answer lines, that start after position `after`."""
     for pattern in (_HASHES, _ANSWER_LINE):
         lines = [
-            _clip_sentence(next(g for g in m.groups() if g is not None))
+            lone_number(_clip_sentence(next(g for g in m.groups() if g is not None)))
             for m in pattern.finditer(text)
             if m.start(m.lastindex) > after
         ]

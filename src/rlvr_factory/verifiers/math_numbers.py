@@ -4,8 +4,9 @@
 percentages, scientific notation, repeating decimals (``0.\\overline{3}``, ``0.(3)``) and
 multiplier words (``5 million``, ``2 dozen``) exactly, and ignores a currency sign and trailing
 unit words (``12 cm``). Words that change a number's value in ways it does not read
-(``squared``, ``factorial``, ``minus``, ...) make `changes_value` true: such an answer is rejected,
-never read as the bare number. `numbers_match` compares integers and exact fractions exactly, a
+(``squared``, ``factorial``, ``minus``, ...) or make it a bound or a negation (``at least``,
+``more than``, ``not``) make `changes_value` true: such an answer is rejected, never read as the
+bare number. `numbers_match` compares integers and exact fractions exactly, a
 gold written as a decimal within a relative tolerance, and a decimal rounded from a
 non-terminating gold only when rounding is allowed. Every function here does bounded work on any
 input, so all of it may run in the caller's process.
@@ -45,13 +46,14 @@ _MULTIPLIER_WORDS = re.compile(r"^(?:" + "|".join(_MULTIPLIERS) + r")s?$", re.IG
 # Words that change the value of the number they go with, and that `as_number` does not read.
 _VALUE_WORDS = re.compile(
     r"(?<![A-Za-z\\])(?:squared|cubed|factorial|power|powers|times|twice|double|triple|half|halves|quarters?"
-    r"|thirds?|minus|negative|plus|over|divided|multiplied|inverse|reciprocal|root|roots|percent\s+of|%\s*of)"
+    r"|thirds?|minus|negative|plus|over|divided|multiplied|inverse|reciprocal|root|roots|percent\s+of|%\s*of"
+    r"|not|never|least|most|more|less|fewer|greater|than|under|above|below|nearly|almost|beyond|except)"
     r"(?![A-Za-z])",
     re.IGNORECASE,
-)
+)  # the second line: words that make the number a bound or a negation (``at least 5``, ``not 5``)
 _ARITHMETIC = re.compile(r"^\d+(?:\.\d+)?(?:[-+*×/÷]\d+(?:\.\d+)?)+$")
-_STEP = re.compile(r"(\d+(?:\.\d+)?(?:\s*[-+*×/÷]\s*\d+(?:\.\d+)?)+)\s*$")
-_STEP_RESULT = re.compile(r"=\s*\$?\s*(-?\d+(?:\.\d+)?)(?![\d.]\d)")
+_STEP = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?(?:\s*[-+*×/÷]\s*\d+(?:\.\d+)?)+)\s*$")  # starts at a number's start
+_STEP_RESULT = re.compile(r"=\s*(?:\$\s*)?(-?\d+(?:\.\d+)?)(?![\d.]\d)")  # one way to split the spaces: linear
 _ALIASES = (
     ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\cfrac", "\\frac"), ("\\left", ""), ("\\right", ""),
     ("\\!", ""), ("\\$", ""), ("$", ""), ("\\%", "%"), ("percentage", "%"), ("percent", "%"), ("pct", "%"),
@@ -85,8 +87,9 @@ def normalise(answer: str) -> str:
 
 def changes_value(answer: str, gold: str = "") -> bool:
     """Whether the answer has a number and a word that changes its value which the gold does not share
-    (``5 squared``, ``minus 5``, ``half of 10``): such an answer is rejected rather than read as 5."""
-    if len(answer) > MAX_NUMBER_CHARS or not re.search(r"\d", answer):
+    (``5 squared``, ``minus 5``, ``half of 10``, ``not 5``): such an answer is rejected rather than read as
+    5, however long it is (one linear search)."""
+    if not re.search(r"\d", answer):
         return False
     shared = {w.lower() for w in _VALUE_WORDS.findall(gold)}
     return any(w.lower() not in shared for w in _VALUE_WORDS.findall(_WRAPPERS.sub(r" \1 ", answer)))
