@@ -104,6 +104,12 @@ def test_a_wrong_runtime_parameter_names_the_key_the_allowed_values_and_params(r
     ({"domain": {"verifier": {"limits": {"cpu_s": 0}}}}, "domain.verifier.limits.cpu_s", "must be > 0"),
     ({"domain": {"verifier": {"tolerance": float("nan")}}}, "domain.verifier.tolerance", "finite"),
     ({"verify": {"max_input_chars": 0}}, "verify.max_input_chars", "must be >= 1"),  # 0: every completion an error
+    ({"model": {"lora": {"r": 0}}}, "model.lora.r", "must be >= 1"),
+    ({"rl": {"update": {"max_grad_norm": 0}}}, "rl.update.max_grad_norm", "must be > 0"),  # 0: no step at all
+    ({"rl": {"update": {"clip_high": -0.2}}}, "rl.update.clip_high", "must be >= 0"),
+    ({"rl": {"dynamic_sampling": {"min_draw": 0}}}, "rl.dynamic_sampling.min_draw", "must be >= 1"),
+    ({"rollout": {"vllm": {"gpu_memory_utilization": 2}}}, "rollout.vllm.gpu_memory_utilization", "must be <= 1"),
+    ({"curate": {"audit": {"tasks_per_group": 0}}}, "curate.audit.tasks_per_group", "must be >= 1"),
 ])
 def test_a_non_finite_number_or_a_non_positive_time_limit_or_worker_count_is_refused(runtime, key, says):
     with pytest.raises(ConfigError) as error:

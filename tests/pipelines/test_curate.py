@@ -165,7 +165,7 @@ def test_decontamination_threshold_and_skipped_domains():
     assert len(decontaminate(tasks, n=8, threshold=0.5, skip_domains=["d"])[1]) == 0
     assert len(decontaminate(tasks, n=8, threshold=0.5, skip_domains=["*"])[1]) == 0  # a pattern: every domain
     assert len(decontaminate(tasks, n=8, threshold=0.5, skip_domains=["x*"])[1]) == 1
-    assert len(decontaminate([task("e", "short", "test"), task("t", "short")], n=8, threshold=0.5)[1]) == 0
+    assert len(decontaminate([task("e", "short", "test"), task("t", "short")], n=8, threshold=0.5)[1]) == 1  # by gist
     with pytest.raises(ValueError, match="threshold"):
         decontaminate(tasks, n=8, threshold=0)
 

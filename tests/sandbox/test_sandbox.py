@@ -438,3 +438,11 @@ def test_limits_are_validated():
     with pytest.raises(ValueError, match="timeout_s"):
         Limits(timeout_s=0)
     assert Limits.of({"memory_mb": 64}, timeout_s=2).memory_mb == 64
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 0, -1, True, "3"])
+def test_a_limit_that_is_not_a_positive_finite_number_is_refused_by_name(bad):
+    from rlvr_factory.sandbox import Limits
+
+    with pytest.raises(ValueError, match="timeout_s"):
+        Limits(timeout_s=bad)

@@ -8,22 +8,12 @@ from typing import Any
 
 from kedro.io import AbstractDataset
 
-
-def read_json_lines(text: str) -> list[Any]:
-    """The JSON value of each non-blank line; a line that is not JSON becomes ``{"_error": why}``, so
-    one bad line is held back with its reason instead of failing the file."""
-    rows: list[Any] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                rows.append({"_error": f"line {number} is not JSON ({e.msg}): {line[:80]!r}"})
-    return rows
+from rlvr_factory.json_lines import read_json_lines
 
 
 class JSONLinesDataset(AbstractDataset[list, list]):
-    """One JSON value per line. With `missing_ok`, a file that does not exist loads as no rows."""
+    """One JSON value per line (`rlvr_factory.json_lines`: a line it cannot read is one ``{"_error": why}``
+    row). With `missing_ok`, a file that does not exist loads as no rows."""
 
     def __init__(self, filepath: str, missing_ok: bool = False, metadata: dict[str, Any] | None = None) -> None:
         self._path = Path(filepath)
@@ -33,7 +23,7 @@ class JSONLinesDataset(AbstractDataset[list, list]):
     def load(self) -> list:
         if not self._path.exists() and self._missing_ok:
             return []
-        return read_json_lines(self._path.read_text(encoding="utf-8", errors="replace"))
+        return read_json_lines(self._path.read_bytes())  # one bad line: one {"_error": why} row
 
     def save(self, data: list) -> None:
         self._path.parent.mkdir(parents=True, exist_ok=True)

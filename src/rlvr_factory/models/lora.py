@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers.pytorch_utils import Conv1D
+from rlvr_factory.schema import PositiveInt
 
 ADAPTER_DIR = "lora_adapter"
 
@@ -21,7 +22,7 @@ ADAPTER_DIR = "lora_adapter"
 @dataclass(frozen=True)
 class LoraSettings:
     enabled: bool = False  # train LoRA adapters instead of every weight
-    r: int = 8  # rank of the update B A
+    r: PositiveInt = 8  # rank of the update B A
     alpha: float = 16.0  # scale: the update is (alpha / r) B A
     dropout: float = 0.0  # dropout on the adapter's input
     target_modules: list[str] | str = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])  # module names, all-linear, or auto (PEFT's default for the architecture: q_proj, v_proj for Llama and Qwen2, c_attn for GPT-2)

@@ -18,6 +18,7 @@ import torch
 
 from rlvr_factory.rl.sampling import groups_with_signal
 from rlvr_factory.rollout.episode import Episode
+from rlvr_factory.schema import PositiveInt
 
 # run(prompt indices, seed) -> (their episodes, task-major, `task_index` a position in the indices; the loop's stats)
 Run = Callable[[list[int], int], tuple[list[Episode], dict[str, float]]]
@@ -27,7 +28,7 @@ Run = Callable[[list[int], int], tuple[list[Episode], dict[str, float]]]
 class DynamicSampling:
     enabled: bool = False  # drop zero-variance groups and draw more prompts (DAPO)
     max_extra_draws: int = 3  # bound on the generation calls made after the first
-    min_draw: int = 8  # smallest number of prompts one extra draw generates for
+    min_draw: PositiveInt = 8  # smallest number of prompts one extra draw generates for
 
 
 @dataclass

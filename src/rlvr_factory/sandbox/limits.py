@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
 
@@ -20,8 +21,9 @@ class Limits:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            if not getattr(self, f.name) > 0:
-                raise ValueError(f"limit {f.name} must be positive, got {getattr(self, f.name)!r}")
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"limit {f.name} must be a positive finite number, got {value!r}")
         if self.open_files < 16:
             raise ValueError(f"open_files must be at least 16 (a Python process needs them), got {self.open_files}")
 

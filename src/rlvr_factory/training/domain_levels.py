@@ -12,6 +12,7 @@ import pandas as pd
 
 from rlvr_factory.domains.base import Task
 from rlvr_factory.rl.curriculum import DomainLevel, domain_prompt_order, domain_weights, update_domain_levels
+from rlvr_factory.schema import PositiveInt
 from rlvr_factory.training.rounds import usable_rows
 
 # level: the domain's difficulty level for the next round; level_pass_rate: the online pass rate at
@@ -27,7 +28,7 @@ class LevelSettings:
     """`rl.curriculum.levels`: the per-domain curriculum (its band and EMA are the curriculum's)."""
 
     enabled: bool = False  # each domain draws from its current level; false: levels are tracked, not used
-    patience: int = 2  # rounds a domain's level pass rate must stay above (below) the band before it moves
+    patience: PositiveInt = 2  # rounds a domain's level pass rate must stay above (below) the band before it moves
     out_of_band_weight: float = 0.25  # a domain's share of prompts while its pass rate lies outside the band (inside: 1)
 
 

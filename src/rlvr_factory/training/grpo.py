@@ -29,7 +29,7 @@ from rlvr_factory.rl.kl import KL_KINDS, KL_PLACEMENTS, kl_penalty, kl_shaped_re
 from rlvr_factory.rl.length import mask_truncated, overlong_penalty
 from rlvr_factory.rl.losses import AGGREGATIONS, aggregate_loss, clipped_policy_loss, loss_units, masked_mean
 from rlvr_factory.rl.mismatch import logprob_mismatch, truncated_importance_weights
-from rlvr_factory.schema import SET_BY_RUN, NonNegativeFloat, NonNegativeInt, PositiveInt
+from rlvr_factory.schema import SET_BY_RUN, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from rlvr_factory.training.components import component_tensors
 from rlvr_factory.training.lm import join_prompt_completion, lr_factor, make_optimizer, minibatches, token_logprobs
 
@@ -47,8 +47,8 @@ class UpdateConfig:
     minibatch_size: PositiveInt = 128  # samples per optimizer step
     micro_batch_size: PositiveInt | None = None  # samples per forward/backward; gradients accumulate to the minibatch
     micro_batch_tokens: PositiveInt | None = 2048  # padded tokens (rows x widest) per forward/backward, bounding activation memory; raise it on a GPU; null: no limit
-    clip_low: float = 0.2  # PPO ratio clip below 1
-    clip_high: float = 0.2  # PPO ratio clip above 1 (DAPO clip-higher when larger)
+    clip_low: NonNegativeFloat = 0.2  # PPO ratio clip below 1
+    clip_high: NonNegativeFloat = 0.2  # PPO ratio clip above 1 (DAPO clip-higher when larger)
     advantage_estimator: Literal[ESTIMATORS] = "grpo"  # grpo | dr_grpo | rloo | reinforce_pp
     component_normalisation: bool = False  # GDPO: each declared reward component normalised apart, then weighted and summed
     loss_aggregation: Literal[AGGREGATIONS] = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum-norm
@@ -63,7 +63,7 @@ class UpdateConfig:
     skip_zero_advantage: bool = True  # no backward pass for samples whose gradient is exactly zero
     kl_sample_fraction: float = 1.0  # share of zero-advantage samples whose KL term (in the loss) is backpropagated, each weighted 1/share: an unbiased KL gradient for fewer backward passes; 1.0: all
     turn_reward_weight: float = 0.0  # weight of the per-turn reward return added to each turn's token advantages
-    max_grad_norm: float = 1.0  # global gradient-norm clip
+    max_grad_norm: PositiveFloat = 1.0  # global gradient-norm clip
     engine_is_correction: bool = False  # weight each token by the TIS ratio pi_trainer / pi_engine (Yao et al. 2025)
     engine_is_cap: float = 2.0  # C, the cap of that ratio
     seed: int = field(default=0, metadata=SET_BY_RUN)  # minibatch order (the round's seed)
