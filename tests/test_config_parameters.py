@@ -108,7 +108,7 @@ def test_a_wrong_runtime_parameter_names_the_key_the_allowed_values_and_params(r
     ({"rl": {"update": {"max_grad_norm": 0}}}, "rl.update.max_grad_norm", "must be > 0"),  # 0: no step at all
     ({"rl": {"update": {"clip_high": -0.2}}}, "rl.update.clip_high", "must be >= 0"),
     ({"rl": {"dynamic_sampling": {"min_draw": 0}}}, "rl.dynamic_sampling.min_draw", "must be >= 1"),
-    ({"rollout": {"vllm": {"gpu_memory_utilization": 2}}}, "rollout.vllm.gpu_memory_utilization", "must be <= 1"),
+    ({"rollout": {"vllm": {"gpu_memory_utilization": 2}}}, "rollout.vllm.gpu_memory_utilization", "<= 1, got 2"),
     ({"curate": {"audit": {"tasks_per_group": 0}}}, "curate.audit.tasks_per_group", "must be >= 1"),
 ])
 def test_a_non_finite_number_or_a_non_positive_time_limit_or_worker_count_is_refused(runtime, key, says):

@@ -26,7 +26,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Annotated, Any, Iterator, Sequence
 
 import torch
 from safetensors.torch import save_file
@@ -34,7 +34,7 @@ from safetensors.torch import save_file
 from rlvr_factory.models.lora import is_lora, served_model
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.rollout.engine import FINISH_REASONS, EngineStats, Generation, Request, SamplingConfig
-from rlvr_factory.schema import Fraction
+from rlvr_factory.schema import Range
 
 log = logging.getLogger(__name__)
 SEED_SPACE = 2**31 - 1
@@ -50,7 +50,7 @@ class VllmSettings:
     in_process: bool = True  # run the engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): 3-4 s start-up instead of 15-20 s
     cpu_kv_cache_gib: int = 1  # CPU build: GiB of KV cache (VLLM_CPU_KVCACHE_SPACE, whole GiB)
     cpu_threads_bind: str | None = None  # CPU build: cores of the worker's OpenMP threads, e.g. "0-1"; null: vLLM's default
-    gpu_memory_utilization: Fraction = 0.5  # CUDA build: share of GPU memory vLLM may take (the trainer needs the rest)
+    gpu_memory_utilization: Annotated[float, Range(gt=0, le=1)] = 0.5  # CUDA build: share of GPU memory vLLM may take (the trainer needs the rest)
     enforce_eager: bool = True  # no CUDA graphs / compilation: fast start-up, the small models here gain nothing
     per_request_seed: bool = True  # each request samples from its own seeded generator (its tokens do not depend on its batch); false: one engine-wide generator (vLLM draws for seeded requests one by one; docs/engines.md)
 
