@@ -286,3 +286,15 @@ def test_a_long_list_of_line_items_is_judged_in_bounded_time():
 def test_a_gold_or_completion_that_is_not_a_string_is_an_error(gold):
     assert VERIFIER.score(TAXED_RIGHT, gold).status == "error"
     assert VERIFIER.score(gold, TAXED).status == "error"
+
+
+@pytest.mark.parametrize("predicted, credit", [("26.241", 0.0), ("26.239", 0.0), ("26.2449", 0.0), ("26.240", 1.0),
+                                               ("$26.24", 1.0), (26.24, 1.0)])
+def test_an_amount_is_compared_exactly_not_within_half_a_cent(predicted, credit):
+    """The reward audit's rounding attack: 26.241 for a document's 26.24 was paid within half a cent."""
+    assert field_credit("amount", predicted, "26.24", "USD") == credit
+
+
+@pytest.mark.parametrize("predicted, credit", [("7.5%", 1.0), ("0.075", 1.0), ("7.50004%", 0.0), ("0.07504", 0.0)])
+def test_a_rate_is_compared_exactly(predicted, credit):
+    assert field_credit("rate", predicted, "7.5%") == credit

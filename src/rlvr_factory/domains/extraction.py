@@ -22,7 +22,7 @@ from datetime import date, timedelta
 from decimal import Decimal
 from typing import Any, Callable, Mapping
 
-from rlvr_factory.domains.base import Task, draw_split_tasks
+from rlvr_factory.domains.base import AnswerForm, Task, draw_split_tasks
 from rlvr_factory.verifiers.fields import (
     CENT, FieldsVerifier, find_json_object, make_gold, normalise_currency, normalise_date, normalise_text, parse_amount,
     parse_rate,
@@ -217,6 +217,13 @@ class ExtractionDomain:
     def score(self, completion: str, reference: dict[str, Any]) -> Score:
         """The fields verifier, in this process."""
         return self.verifier.score(completion, self.gold(reference))
+
+    def answer_form(self, task: Task) -> AnswerForm:
+        """How the reward audit states an answer: a JSON object with one slot per requested field (its true
+        value as the demonstration writes it, as text)."""
+        values, fields = task.reference["values"], task.reference["fields"]
+        golds = {f: v if isinstance(v := _canonical(f, values[f]), str) else json.dumps(v) for f in fields}
+        return AnswerForm(golds, lambda texts: json.dumps({f: texts[f] for f in fields}))
 
     @staticmethod
     def answer_key(completion: str) -> str | None:

@@ -177,7 +177,7 @@ def _amount_matches(predicted: Any, gold: Any, currency: str | None) -> bool:
         return False
     if named is not None and currency is not None and named != currency:
         return False
-    return abs(amount - expected) < CENT / 2
+    return amount == expected  # exact: 26.241 is not the document's 26.24 (26.240 is)
 
 
 def _items_credit(predicted: Any, gold: list) -> float:
@@ -208,7 +208,7 @@ def field_credit(kind: str, predicted: Any, gold: Any, currency: str | None = No
         return float(normalise_currency(predicted) is not None and normalise_currency(predicted) == normalise_currency(gold))
     if kind == "rate":
         rate, expected = parse_rate(predicted), parse_rate(gold)
-        return float(rate is not None and expected is not None and abs(rate - expected) < Decimal("0.00005"))
+        return float(rate is not None and expected is not None and rate == expected)
     if kind in ("text", "id"):
         return float(isinstance(predicted, (str, int)) and normalise_text(predicted) == normalise_text(gold))
     raise ValueError(f"unknown field type {kind!r}; expected one of {FIELD_TYPES}")
