@@ -60,7 +60,6 @@ SCORED: dict[str, str] = {
     "shortest_path": "any valid path of the shortest length is a solution",
     "simple_integration": "any antiderivative (any constant, any equivalent form) is a solution",
     "sokoban": "any move sequence that solves the level is a solution",
-    "time_intervals": "durations in several formats",
     "tower_of_hanoi": "any valid sequence of optimal length is a solution",
     "word_ladder": "any ladder of known words is a solution",
 }
@@ -98,9 +97,8 @@ _FORMS = {  # the whole answer must be one of these
     "fraction_simplification": re.compile(r"\$?\s*(?:\\d?frac\s*\{\s*\d+\s*\}\s*\{\s*\d+\s*\}|\d+\s*/\s*\d+)\s*\$?"),
     "n_queens": re.compile(r"[Q_\s]+"),
     "palindrome_generation": re.compile(r"[A-Za-z]+"),
-    "quantum_lock": re.compile(r"[A-C\s,→>-]+"),
+    "quantum_lock": re.compile(r"[A-C](?: → [A-C])*"),  # the prompt's form: A → B → C
     "sokoban": re.compile(r"[UDLR]+"),
-    "time_intervals": re.compile(r"\d+ days?(?:, \d{1,2}:\d{2}(?::\d{2})?)?|\d{1,2}:\d{2}(?::\d{2}(?:\.\d{1,3})?)?"),
 }
 
 
