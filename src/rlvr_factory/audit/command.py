@@ -6,7 +6,7 @@
     rlvr audit --domain code                     # a registered domain with its default parameters
 
 It prints one row per domain or family (attacks tried, paid, what paid), writes the JSON report (`--output`,
-default data/08_reporting/reward_audit.json) and exits 1 when any domain or family pays an attack, so that a
+default data/08_reporting/reward_audit.json) and its heatmap beside it (`.png`) and exits 1 when any domain or family pays an attack, so that a
 long run can be gated on it; 2 for bad arguments.
 """
 
@@ -109,6 +109,7 @@ def _resolved(params: dict[str, Any]) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     """Build the domain and its tasks, audit them, print the table, write the report; 1 if anything paid."""
     from rlvr_factory.audit import AuditConfig, audit, write_report
+    from rlvr_factory.audit.plot import plot_reward_audit
     from rlvr_factory.domains import get_domain, source_rows
     from rlvr_factory.domains.curation import members, validate
 
@@ -133,7 +134,9 @@ def run(args: argparse.Namespace) -> int:
     print(report.table())
     if args.output != "-":
         write_report(report, args.output)
-        print(f"report: {args.output}")
+        picture = Path(args.output).with_suffix(".png")
+        plot_reward_audit(report.to_json()).savefig(picture, dpi=100)
+        print(f"report: {args.output}, {picture}")
     return 1 if report.failing else 0
 
 

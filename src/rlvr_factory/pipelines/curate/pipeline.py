@@ -1,5 +1,6 @@
 from kedro.pipeline import Node, Pipeline
 
+from rlvr_factory.audit.plot import plot_reward_audit
 from rlvr_factory.pipelines.curate.nodes import audit_rewards, curate_preferences, curate_tasks, split_tasks
 
 
@@ -10,6 +11,7 @@ def create_pipeline() -> Pipeline:
                  ["curated_tasks", "curated_quarantine", "curate_metrics"], name="curate_tasks"),
             Node(audit_rewards, ["curated_tasks", "curated_quarantine", "params:domain", "params:curate", "params:verify"],
                  ["tasks", "curate_quarantine", "reward_audit", "reward_audit_metrics"], name="audit_rewards"),
+            Node(plot_reward_audit, "reward_audit", "reward_audit_plot", name="plot_reward_audit"),
             Node(split_tasks, "tasks", ["train_tasks", "validation_tasks", "test_tasks"], name="split_tasks"),
         ]
     )
