@@ -159,6 +159,6 @@ def test_the_heatmap_shows_each_groups_share_paid_by_kind():
     report = lenient_audit("prefix").to_json()
     groups, shares = paid_shares(report)
     column = KINDS.index("prefix")
-    assert groups == ["lenient"] and shares[0, column] == 1.0 and shares[0, KINDS.index("constant")] == 0.0
+    assert groups == ["lenient"] and shares[0, column] == 1.0 and shares[0, KINDS.index("code")] == 0.0
     assert "1 of 1 pay an attack" in plot_reward_audit(report).axes[0].get_title()
     assert plot_reward_audit({"enabled": False}).texts  # the audit off: a note, not a crash
