@@ -136,3 +136,13 @@ def test_check_limits_refuse_non_finite_and_non_positive_values():
     for bad in (float("nan"), float("inf"), 0, -1, True):
         with pytest.raises(ValueError):
             CheckLimits(timeout_s=bad)
+
+
+def test_a_pool_without_the_sandbox_it_needs_fails_at_once_saying_what_to_install(monkeypatch):
+    """On a machine without bubblewrap every check would be an infra_error: the pool refuses to start instead."""
+    import rlvr_factory.sandbox.backends as backends
+    from rlvr_factory.sandbox import SandboxStartError
+
+    monkeypatch.setattr(backends.shutil, "which", lambda name: None)
+    with pytest.raises(SandboxStartError, match="apt-get install -y bubblewrap"):
+        VerifierPool(EvalScorer(), workers=1)

@@ -50,6 +50,7 @@ from rlvr_factory.sandbox import (
     Sandbox,
     SandboxError,
     SandboxStartError,
+    make_backend,
 )
 from rlvr_factory.sandbox.agent import ProtocolError, safe_loads
 from rlvr_factory.sandbox.backends import PACKAGE_ROOT
@@ -362,6 +363,16 @@ def sandboxed_within(verifier: Any) -> Iterator[Sandboxed]:
         for held in [*(inner.values() if isinstance(inner, dict) else ()), getattr(verifier, "verifier", None)]:
             if held is not None:
                 yield from sandboxed_within(held)
+
+
+def require_sandbox(verifier: Any) -> None:
+    """Fail now, saying what to install, when a `Sandboxed` verifier within `verifier` names a sandbox backend
+    this machine cannot start (bubblewrap not installed): otherwise every check would be an `infra_error`."""
+    for inner in sandboxed_within(verifier):
+        try:
+            make_backend(inner.sandbox_backend)
+        except SandboxStartError as e:
+            raise SandboxStartError(f"{type(inner).__name__} scores answers in a sandbox (docs/security.md): {e}") from None
 
 
 def start_servers(verifier: Any) -> None:

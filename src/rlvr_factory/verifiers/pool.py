@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rlvr_factory.scheduler import JobResult, Scheduler, create_scheduler
-from rlvr_factory.verifiers.isolation import start_servers, time_limit
+from rlvr_factory.verifiers.isolation import require_sandbox, start_servers, time_limit
 from rlvr_factory.verifiers.score import Score
 
 logger = logging.getLogger(__name__)
@@ -126,6 +126,7 @@ class VerifierPool:
             raise ValueError(f"max_input_chars must be non-negative, got {max_input_chars}")
         if not callable(getattr(verifier, "quick_score", None)) or not callable(getattr(verifier, "score", None)):
             raise TypeError(f"the verifier must have quick_score and score methods, got {type(verifier).__name__}")
+        require_sandbox(verifier)
         settings = dict(scheduler or {})
         if {"workers", "timeout_seconds"} & set(settings):
             raise ValueError("set a VerifierPool's workers and timeout through its own arguments, not `scheduler`")
