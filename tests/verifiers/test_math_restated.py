@@ -36,3 +36,23 @@ def test_an_operation_left_undone_does_not_answer_a_number(verifier, completion,
 ])
 def test_values_and_exact_forms_still_count(verifier, completion, gold):
     assert verifier.score(completion, gold).correct
+
+
+@pytest.mark.parametrize("completion, gold", [
+    ("\\boxed{(-k + 4) + (-2 + 3k)}", "2k+2"),
+    ("\\boxed{(2x+3)-(x-5)}", "x+8"),
+    ("The answer is $3a + 2b - a + b - 2a$", "3b"),
+])
+def test_a_sum_left_as_the_question_wrote_it_does_not_answer_its_simplified_form(verifier, completion, gold):
+    """MATH-500's "Simplify $(-k + 4) + (-2 + 3k)$": the question's own expression is symbolically the answer."""
+    assert verifier.score(completion, gold).reward == 0.0
+
+
+@pytest.mark.parametrize("completion, gold", [
+    ("\\boxed{(x - 1)(x + 1)}", "x^2 - 1"),
+    ("\\boxed{x^2 + 2x + 1}", "(x+1)^2"),
+    ("\\boxed{2(k+1)}", "2k+2"),
+    ("\\boxed{-2 \\le x \\le 7}", "[-2, 7]"),
+])
+def test_an_equivalent_form_of_about_the_same_size_still_counts(verifier, completion, gold):
+    assert verifier.score(completion, gold).correct

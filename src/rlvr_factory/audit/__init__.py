@@ -10,7 +10,8 @@ mix). For each group the audit takes `tasks_per_group` of its tasks (spread over
 same tasks every run) and states every attack of `attacks.task_attacks` the way the domain reads answers (`answer_form`),
 then scores them all through the run's own verification path (`verification.verify_batch`: the verifier pool,
 the scoring sandbox). A domain's `shared_solutions` names groups where one task's solution can solve another:
-they get no cross-task attack. A domain with a `shaped_reward` (a reason: CAD's volume IoU pays overlap by design)
+they get no cross-task attack; nor does a task from another with the same numbers in its prompt (it may well
+be the same problem: `puzzle24`'s four numbers, `jugs`' capacities and target). A domain with a `shaped_reward` (a reason: CAD's volume IoU pays overlap by design)
 fails an attack only when the attack is judged correct. An attack is *paid* when its outcome (the breakdown's `outcome`, else the reward) is
 above 0 (for `prose`, when it is above 0 and below 1: credit for length). A code attack that left its canary
 file on this host means something evaluated model output outside the sandbox. A group fails when anything
@@ -31,7 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
-from rlvr_factory.audit.attacks import KINDS, PARTIAL_ONLY, Attack, task_attacks
+from rlvr_factory.audit.attacks import KINDS, PARTIAL_ONLY, Attack, same_problem_numbers, task_attacks
 from rlvr_factory.domains.base import AnswerForm, Domain, Task
 from rlvr_factory.schema import PositiveInt
 from rlvr_factory.verifiers.score import Score
@@ -158,7 +159,7 @@ def _planned(domain: Domain, chosen: Mapping[str, list[Task]], canaries: Mapping
         for task in tasks:
             others = defaultdict(list)
             for other in tasks:
-                if other is not task:
+                if other is not task and not same_problem_numbers(task.prompt, other.prompt):
                     for slot, gold in forms[other.task_id].slots.items():
                         if gold:
                             others[slot].append(gold)

@@ -146,6 +146,12 @@ def _echoes(prompt: str) -> list[tuple[str, str]]:
             if text.strip() and not (text in seen or seen.add(text))]
 
 
+def same_problem_numbers(prompt: str, other: str) -> bool:
+    """Whether two prompts hold the same numbers (as a multiset): then one's answer may well solve the other."""
+    mine = sorted(_NUMBER.findall(prompt))
+    return bool(mine) and mine == sorted(_NUMBER.findall(other))
+
+
 def _is_right(text: str, gold: str | None) -> bool:
     """Whether an attack text happens to be the slot's reference (canonical form, case ignored, or as a number)."""
     if gold is None:

@@ -5,9 +5,10 @@
     canonical(" Monday ", caseless=True) == canonical("monday", caseless=True)
 
 Two answers are the same when their canonical forms are equal: the text NFKC-normalised, format characters
-(zero-width spaces and joiners, soft hyphens, byte-order marks) removed and runs of whitespace collapsed; then
-a number (optional sign, digits with optional thousands commas, optional decimals, an exponent of at most three
-digits, or a fraction a/b) is its exact value; a JSON or Python literal of lists, tuples, sets, dicts, numbers,
+(zero-width spaces and joiners, soft hyphens, byte-order marks) removed, runs of whitespace collapsed and one
+pair of enclosing ``$`` dropped; then a number (optional sign, digits with optional thousands commas, optional
+decimals, an exponent of at most three digits, or a fraction a/b) is its exact value, and a list of numbers
+separated by commas the tuple of theirs; a JSON or Python literal of lists, tuples, sets, dicts, numbers,
 strings and booleans is its value with every number exact; anything else is the text itself (case-folded when
 `caseless`). Nothing is evaluated: literals are read with `ast.literal_eval` on at most `MAX_CHARS` characters
 and `MAX_DEPTH` levels, numbers with a regular expression of bounded length and exponent (``1e999999`` is text,
@@ -30,6 +31,7 @@ MAX_NUMBER_CHARS = 1000  # a longer number is compared as text
 _NUMBER = re.compile(r"[+-]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,3})?")
 _FRACTION = re.compile(r"([+-]?\d+)\s*/\s*(\d+)")
 _WHITESPACE = re.compile(r"\s+")
+_COMMA = re.compile(r"\s*,\s*")
 
 
 def clean(text: str) -> str:
@@ -55,13 +57,30 @@ def number(text: str) -> Fraction | None:
 def canonical(text: str, caseless: bool = False) -> Hashable:
     """The canonical form of an answer (see the module docstring)."""
     text = clean(text)
+    if len(text) > 2 and text[0] == text[-1] == "$" and "$" not in text[1:-1]:
+        text = text[1:-1].strip()  # $\frac{3}{4}$ is \frac{3}{4}
     value = number(text)
     if value is not None:
         return ("number", value)
+    values = numbers(text)
+    if values is not None:
+        return ("numbers", values)
     literal = _literal(text)
     if literal is not None:
         return ("literal", literal)
     return ("text", text.casefold() if caseless else text)
+
+
+def numbers(text: str) -> tuple[Fraction, ...] | None:
+    """The exact values of a list of two or more numbers separated by commas (``0.0, 38.``); None for anything
+    else (a number with thousands commas is one number, read by `number` first)."""
+    if "," not in text or len(text) > MAX_CHARS:
+        return None
+    parts = _COMMA.split(text)
+    if len(parts) < 2:
+        return None
+    values = tuple(number(p) for p in parts)
+    return None if any(v is None for v in values) else values  # type: ignore[return-value]
 
 
 def same(answer: str, reference: str, caseless: bool = False) -> bool:

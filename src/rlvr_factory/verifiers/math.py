@@ -14,7 +14,8 @@ equations). The grader's rules on top:
 - an equation whose sides differ (``2+2=5``) is no answer, and several answers or a hedge inside
   one (``5 (or 6)``, ``A or B``) score 0 unless the gold itself lists several parts;
 - a gold that is a plain number is not answered by an operation on numbers left undone (``12+34``,
-  ``(9+1)``, ``\\dbinom{8}{4}``, ``2^{10}``: the question restated, which Math-Verify would evaluate): 0;
+  ``(9+1)``, ``\\dbinom{8}{4}``, ``2^{10}``: the question restated, which Math-Verify would evaluate), nor any
+  gold by a sum of two or more terms more than it has (``(-k + 4) + (-2 + 3k)`` for ``2k+2``): 0;
 - ``\\pm`` and lists of roots (``x = 1, x = 2``, ``\\{2, -2\\}``) match a gold of several parts
   (``2, -2`` or ``\\pm 2``) part for part, order-free; one part more or fewer is wrong; an inequality
   (``-4 \\le x \\le 0``) matches the interval it describes, repeating decimals are exact;
@@ -88,6 +89,7 @@ _COMMANDS = re.compile(r"\\[A-Za-z]+")
 _SET = re.compile(r"(?:\\left)?\\\{(.*?)(?:\\right)?\\\}", re.DOTALL)
 _SET_BRACES = re.compile(r"\\[{}]")
 # an operation on numbers left undone: 12+34, (9+1), 3 \times 4, 2^{10}, \dbinom{8}{4}, 5!
+_SUM_SIGN = re.compile(r"(?<=[\w)}\]])\s*[-+]")  # a + or - after an operand: one more term of a sum
 _UNEVALUATED = re.compile(r"\d\s*\)?\s*(?:[-+*×÷^]|\\times|\\cdot|\\div)\s*\(?\s*\{?\s*\d|\\[dt]?binom|\d\s*!")
 
 
@@ -321,6 +323,8 @@ class MathVerifier(Sandboxed):
         # a number is answered with a number: `12+34`, `\dbinom{8}{4}` or `2^{10}` restate the question
         rejected = rejected or (not several and as_number(gold_answer) is not None and as_number(predicted) is None
                                 and bool(_UNEVALUATED.search(predicted)))
+        # a sum left as the question wrote it: `(-k + 4) + (-2 + 3k)` for `2k+2` (two terms more than the gold)
+        rejected = rejected or (not several and len(_SUM_SIGN.findall(predicted)) >= len(_SUM_SIGN.findall(gold_answer)) + 2)
         return _Judgement(predicted, gold_answer, found.marked, spam, rejected, several, stated, symbolic_sides)
 
     def _compare_parts(self, judged: _Judgement) -> bool | None:

@@ -93,6 +93,7 @@ _FORMULA = re.compile(r"[A-Za-z0-9\s+\-*/^().,]+")
 _FUNCTIONS = frozenset({"sin", "cos", "tan", "cot", "sec", "csc", "asin", "acos", "atan", "sinh", "cosh", "tanh",
                         "exp", "log", "ln", "sqrt", "pi", "E", "C", "Abs"})
 _FORMS = {  # the whole answer must be one of these
+    "advanced_geometry": re.compile(r"-?\d+(?:\.\d+)?°?|\(\s*-?\d+(?:\.\d+)?\s*,\s*-?\d+(?:\.\d+)?\s*\)"),
     "complex_arithmetic": re.compile(r"\(?\s*[+-]?\s*(?:\d+(?:\.\d+)?)?\s*i?(?:\s*[+-]\s*(?:\d+(?:\.\d+)?)?\s*i?)?\s*\)?"),
     "fraction_simplification": re.compile(r"\$?\s*(?:\\d?frac\s*\{\s*\d+\s*\}\s*\{\s*\d+\s*\}|\d+\s*/\s*\d+)\s*\$?"),
     "n_queens": re.compile(r"[Q_\s]+"),
