@@ -74,6 +74,7 @@ CASELESS = frozenset({
 # own puzzle): the audit's cross-task attack is no attack for them.
 SHARED_SOLUTIONS: dict[str, str] = {
     "graph_color": "a colouring of another graph can be a proper colouring of this one too",
+    "jugs": "a pour sequence for other jugs can end with this task's target in a jug too (only the end counts)",
     "n_queens": "a placement that completes another board can complete this one too",
 }
 
