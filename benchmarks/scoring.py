@@ -51,14 +51,19 @@ def reasoning_gym_pairs(count: int) -> list[tuple[str, str]]:
     from rlvr_factory.verifiers.reasoning_gym import entry_literal, make_gold
     from rlvr_factory.verifiers.reasoning_gym_rules import SCORED
 
-    families = sorted(f for f in SCORED if f not in {"rush_hour", "boxnet"})
+    from rlvr_factory.domains.reasoning_gym import reference_answer
+
+    families = sorted(SCORED)
     pairs: list[tuple[str, str]] = []
     per_family = max(1, count // (2 * len(families)))
     for family in families:
         for item in reasoning_gym.create_dataset(family, size=per_family, seed=7):
-            gold = make_gold(family, item["answer"], entry_literal(item))
-            wrong = item["answer"][:-1] or "?"  # a prefix: wrong, but in the family's own form
-            pairs += [(f"<answer>{item['answer']}</answer>", gold), (f"<answer>{wrong}</answer>", gold)]
+            answer = reference_answer(family, item)
+            if answer is None:
+                continue
+            gold = make_gold(family, answer, entry_literal(item))
+            wrong = answer[:-1] or "?"  # a prefix: wrong, but in the family's own form
+            pairs += [(f"<answer>{answer}</answer>", gold), (f"<answer>{wrong}</answer>", gold)]
     return (pairs * (count // len(pairs) + 1))[:count]
 
 
