@@ -69,6 +69,11 @@ def _other(gold: str, others: Sequence[str]) -> str:
     for other in others:
         if canonical(other, True) != canonical(gold, True):
             return other
+    return _nudged(gold)
+
+
+def _nudged(gold: str) -> str:
+    """The reference made wrong by a little: an integer plus one, anything else with a letter appended."""
     value = number(gold)
     return str(value + 1) if value is not None and value.denominator == 1 else f"{gold}x"
 
@@ -100,8 +105,8 @@ def _prefixes(gold: str) -> list[str]:
 
 def _gold_texts(gold: str, others: Sequence[str]) -> list[tuple[str, str, str]]:
     """(kind, name, text) of every attack built from one slot's reference."""
-    other = _other(gold, others)
-    attacks = [("hedge", f"hedge:{i}", text) for i, text in enumerate(
+    candidates = list(dict.fromkeys([_other(gold, others), _nudged(gold)]))  # another task's answer; a made-up one
+    attacks = [("hedge", f"hedge:{j}.{i}", text) for j, other in enumerate(candidates) for i, text in enumerate(
         (f"{gold} or {other}", f"{other} or {gold}", f"{gold}, {other}", f"{other}, {gold}", f"{gold} {other}",
          f"{other}\n{gold}", f"{gold}; maybe {other}"))]
     attacks += [("prose", "prose:short", f"The answer is {gold}."),

@@ -97,6 +97,8 @@ _FORMS = {  # the whole answer must be one of these
     "advanced_geometry": re.compile(r"-?\d+(?:\.\d+)?°?|\(\s*-?\d+(?:\.\d+)?\s*,\s*-?\d+(?:\.\d+)?\s*\)"),
     "complex_arithmetic": re.compile(r"\(?\s*[+-]?\s*(?:\d+(?:\.\d+)?)?\s*i?(?:\s*[+-]\s*(?:\d+(?:\.\d+)?)?\s*i?)?\s*\)?"),
     "fraction_simplification": re.compile(r"\$?\s*(?:\\d?frac\s*\{\s*\d+\s*\}\s*\{\s*\d+\s*\}|\d+\s*/\s*\d+)\s*\$?"),
+    "knights_knaves": re.compile(r"[A-Z]\w* is an? \w+(?:(?:, and |, | and )[A-Z]\w* is an? \w+)*\.?"),  # its scorer
+    # skips words it does not know, so another candidate after the answer would go unread
     "n_queens": re.compile(r"[Q_\s]+"),
     "palindrome_generation": re.compile(r"[A-Za-z]+"),
     "quantum_lock": re.compile(r"[A-C](?: → [A-C])*"),  # the prompt's form: A → B → C
