@@ -101,6 +101,8 @@ _FORMS = {  # the whole answer must be one of these
     # skips words it does not know, so another candidate after the answer would go unread
     "n_queens": re.compile(r"[Q_\s]+"),
     "palindrome_generation": re.compile(r"[A-Za-z]+"),
+    "polynomial_equations": re.compile(r"-?\d+(?:\.\d+)?(?:\s*,\s*-?\d+(?:\.\d+)?)*"),  # its scorer skips parts
+    # that are not numbers, so a junk part beside the roots would go unread
     "quantum_lock": re.compile(r"[A-C](?: → [A-C])*"),  # the prompt's form: A → B → C
     "sokoban": re.compile(r"[UDLR]+"),
 }
