@@ -74,7 +74,7 @@ def test_each_run_records_its_curves_evaluation_and_report_artifacts(store):
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "report")}
         assert artifacts == {"report/metrics.json", "report/round_curves.png", "report/rollout_sample.json",
                              "report/domain_rounds.csv", "report/domain_heatmap.png", "report/overoptimisation.png",
-                             "report/part_views"}
+                             "report/part_views", "report/reward_audit.json", "report/reward_audit.png"}
         png = mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path="report/round_curves.png",
                                                   tracking_uri=tracking_uri(store))
         assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

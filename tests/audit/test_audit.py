@@ -143,6 +143,18 @@ def test_no_registered_domain_pays_a_generic_attack(name):
     assert report.failing == {}, report.table()
 
 
+def test_a_cad_hedge_is_a_second_part_not_one_inside_the_reference():
+    domain = get_domain(DOMAINS["cad"])
+    task = next(t for t in domain.generate_tasks() if "cylinder" in t.reference["program"])
+    gold = task.reference["program"]
+    inside = "cube([1,1,1]);"  # inside the reference's part: gold and it together build the reference's part
+    assert domain.score(f"{gold}\n{inside}", task.reference).correct
+    attacks = task_attacks(task.prompt, domain.answer_form(task), {"program": [inside]}, "/tmp/canary")
+    two = [a for a in attacks if a.kind in ("hedge", "blocks") and inside in a.completion]
+    assert len(two) >= 7
+    assert not any(domain.score(a.completion, task.reference).reward for a in two)
+
+
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="reasoning-gym's scorers run in the scoring sandbox")
 def test_no_reasoning_gym_family_pays_a_generic_attack():
     pytest.importorskip("reasoning_gym", reason="the `reasoning-gym` extra")

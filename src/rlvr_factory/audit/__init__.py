@@ -11,7 +11,8 @@ same tasks every run) and states every attack of `attacks.task_attacks` the way 
 then scores them all through the run's own verification path (`verification.verify_batch`: the verifier pool,
 the scoring sandbox). A domain's `shared_solutions` names groups where one task's solution can solve another:
 they get no cross-task attack; nor does a task from another with the same numbers in its prompt (it may well
-be the same problem: `puzzle24`'s four numbers, `jugs`' capacities and target). A domain with a `shaped_reward` (a reason: CAD's volume IoU pays overlap by design)
+be the same problem: `puzzle24`'s four numbers, `jugs`' capacities and target). A domain with a `shaped_reward` (a reason: CAD's volume IoU pays overlap by design;
+a learned reward model scores any text)
 fails an attack only when the attack is judged correct. An attack is *paid* when its outcome (the breakdown's `outcome`, else the reward) is
 above 0 (for `prose`, when it is above 0 and below 1: credit for length). A code attack that left its canary
 file on this host means something evaluated model output outside the sandbox. A group fails when anything
@@ -213,8 +214,8 @@ def _record(result: GroupResult, task: Task, attack: Attack, score: Score, shape
     result.tried[attack.kind] += 1
     result.statuses[score.status] += 1
     earned = outcome_of(score)
-    if shaped:
-        paid = score.status == "ok" and score.correct
+    if shaped:  # a right answer in words (`prose`) is right: only its partial credit is a flaw, and shaped is partial
+        paid = score.status == "ok" and score.correct and attack.kind not in PARTIAL_ONLY
     else:
         paid = 0 < earned < FULL if attack.kind in PARTIAL_ONLY else earned > 0
     if paid:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from rlvr_factory.domains.base import AnswerForm
 from rlvr_factory.verifiers.canonical import canonical, clean, number
@@ -103,9 +103,10 @@ def _prefixes(gold: str) -> list[str]:
             if 0 < k < len(text) and any(c.isalnum() for c in text[k:])]
 
 
-def _gold_texts(gold: str, others: Sequence[str]) -> list[tuple[str, str, str]]:
-    """(kind, name, text) of every attack built from one slot's reference."""
-    candidates = list(dict.fromkeys([_other(gold, others), _nudged(gold)]))  # another task's answer; a made-up one
+def _gold_texts(gold: str, others: Sequence[str], apart: Callable[[str], str]) -> list[tuple[str, str, str]]:
+    """(kind, name, text) of every attack built from one slot's reference (`apart`: another task's answer as it is
+    stated beside the reference, `AnswerForm.apart`)."""
+    candidates = list(dict.fromkeys([apart(_other(gold, others)), _nudged(gold)]))  # another task's answer; made up
     attacks = [("hedge", f"hedge:{j}.{i}", text) for j, other in enumerate(candidates) for i, text in enumerate(
         (f"{gold} or {other}", f"{other} or {gold}", f"{gold}, {other}", f"{other}, {gold}", f"{gold} {other}",
          f"{other}\n{gold}", f"{gold}; maybe {other}"))]
@@ -173,20 +174,22 @@ def task_attacks(prompt: str, form: AnswerForm, others: Mapping[str, Sequence[st
                if not any(_is_right(text, gold) for gold in golds.values())]
     referenced = {slot: gold for slot, gold in golds.items() if gold}
     if referenced and len(referenced) == len(golds):
-        per_slot = {slot: _gold_texts(gold, others.get(slot, ())) for slot, gold in referenced.items()}
+        apart = form.apart or (lambda text: text)
+        per_slot = {slot: _gold_texts(gold, others.get(slot, ()), apart) for slot, gold in referenced.items()}
         names = [name for name in dict.fromkeys(n for texts in per_slot.values() for _, n, _ in texts)
                  if all(any(n == name for _, n, _ in texts) for texts in per_slot.values())]
         for name in names:
             texts = {slot: next(t for _, n, t in per_slot[slot] if n == name) for slot in per_slot}
             if not any(_is_right(texts[slot], referenced[slot]) for slot in texts):
                 attacks.append(Attack(name.split(":")[0], name, form.state(texts)))
-        attacks += _two_statements(form, referenced, others)
+        attacks += _two_statements(form, referenced, others, apart)
     return attacks
 
 
-def _two_statements(form: AnswerForm, golds: Mapping[str, str], others: Mapping[str, Sequence[str]]) -> list[Attack]:
+def _two_statements(form: AnswerForm, golds: Mapping[str, str], others: Mapping[str, Sequence[str]],
+                    apart: Callable[[str], str]) -> list[Attack]:
     """Two answer statements in one completion: another candidate, then the reference, and the other way."""
-    wrong = {slot: _other(gold, others.get(slot, ())) for slot, gold in golds.items()}
+    wrong = {slot: apart(_other(gold, others.get(slot, ()))) for slot, gold in golds.items()}
     if any(_is_right(wrong[slot], golds[slot]) for slot in golds):
         return []
     right, other = form.state(golds), form.state(wrong)

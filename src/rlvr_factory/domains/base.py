@@ -80,10 +80,13 @@ class Domain(Protocol):
 class AnswerForm:
     """How a task's answers are stated, for the reward audit (`rlvr_factory.audit`): each answer slot's reference
     text (None: the slot has none, as a program's tests) and a function from one text per slot to a completion.
-    A domain may define `answer_form(task)`; without it, its `reference["answer"]` is the one slot."""
+    A domain may define `answer_form(task)`; without it, its `reference["answer"]` is the one slot. `apart`, when
+    given, restates another task's answer for a slot so that it cannot be right beside the reference in one
+    answer (a CAD part moved far off: a part that lies inside the reference's is their union, a right answer)."""
 
     slots: Mapping[str, str | None]
     state: Callable[[Mapping[str, str]], str]
+    apart: Callable[[str], str] | None = None
 
 
 Scorer = Callable[[str, dict[str, Any]], Score | None]  # (answer, task reference) -> verdict, or None: judged later

@@ -42,6 +42,7 @@ CORPORA = ("programs", "described")
 _CURVED_CALL = re.compile(r"((?:cylinder|sphere)\([^)]*)\)")
 _FN_VALUES = (32, 48, 64, 100)  # the resolutions OpenSCAD code commonly pins
 ASK_FOR_CORRECTION = "Correct the program and answer with the whole corrected program."
+FAR_OFF_MM = 1000  # where the reward audit puts a second part beside the reference (parts here span under 200 mm)
 
 
 class CadDomain:
@@ -127,9 +128,10 @@ class CadDomain:
 
     def answer_form(self, task: Task) -> AnswerForm:
         """How the reward audit states an answer: the program itself; the reference program is the slot's text
-        (so its prefixes, a part with features left out, are attacks), for CSG."""
+        (so its prefixes, a part with features left out, are attacks), for CSG. Another part stated beside the
+        reference is moved far off: one inside the reference's part would make their union the reference's part."""
         return AnswerForm({"program": task.reference["program"] if self.form == "csg" else None},
-                          lambda texts: texts["program"])
+                          lambda texts: texts["program"], apart=_far_off)
 
     def pretraining_corpus(self, size: int, seed: int, exclude: set[str]) -> list[str]:
         """Programs of freshly drawn parts (`corpus: programs`, like code a model reads on the web), or each after
@@ -146,6 +148,11 @@ class CadDomain:
     def environment(self) -> CadEnvironment:
         """A fresh multi-turn environment of this domain."""
         return CadEnvironment(self)
+
+
+def _far_off(program: str) -> str:
+    """A CSG program's part moved far from the origin, so that beside another part it is a second solid."""
+    return f"translate([{FAR_OFF_MM}, 0, 0]) {{ {program} }}"
 
 
 def describe_attempt(assessment: Assessment, views: dict[str, float] | None = None) -> str:

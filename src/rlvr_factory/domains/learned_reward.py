@@ -44,6 +44,10 @@ class _Component:
 class LearnedRewardDomain:
     """`inner` with a reward made of components: its verifier and a reward model, weighted by `weights`."""
 
+    # the reward audit holds the verifier's verdict (`correct`) to account, not the reward: a learned reward is a
+    # proxy that scores any text by design, and the run's overoptimisation plot measures what it pays beside the gold
+    shaped_reward = "a learned reward model scores any text by design (a proxy); the verifier's verdict is audited"
+
     def __init__(self, inner: Domain, weights: Mapping[str, float], reward_model: RewardModelVerifier) -> None:
         if not isinstance(environment_for(inner), SingleTurnEnvironment):
             raise ValueError(f"domain {inner.name!r} has its own multi-turn environment; a learned reward "
