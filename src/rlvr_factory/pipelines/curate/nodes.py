@@ -72,7 +72,7 @@ def audit_rewards(tasks: pd.DataFrame, quarantine: pd.DataFrame, domain: dict, c
                                ignore_index=True)
     counts = {"groups": len(report.groups), "failing_groups": len(report.failing), "quarantined_tasks": len(held),
               "attacks": sum(sum(g.tried.values()) for g in report.groups.values())}
-    return tasks, quarantine, report.to_json(), {k: {"value": float(v), "step": 0} for k, v in counts.items()}
+    return tasks, quarantine, report.to_json(timed=False), {k: {"value": float(v), "step": 0} for k, v in counts.items()}
 
 
 def _report(name: str, what: str, quarantine: pd.DataFrame, counts: dict) -> dict:
