@@ -199,11 +199,12 @@ def _follow(path: str, links: dict[str, str], depth: int = 0) -> str:
 
 def python_installation() -> tuple[list[str], dict[str, str]]:
     """Where this interpreter lives: the real directories to bind read-only (the venv and its base
-    prefix, and this package's source root (`PACKAGE_ROOT`), symlinks resolved, outside the system
-    directories every sandbox has) and the symlinks on the way to them, which the sandbox recreates so
-    that the interpreter's own paths work."""
+    prefix, symlinks resolved, outside the system directories every sandbox has) and the symlinks on the
+    way to them, which the sandbox recreates so that the interpreter's own paths work. This package's
+    source root (`PACKAGE_ROOT`) is not among them: a sandbox that imports the package (the scoring
+    server) binds it with `read_only`, and no other sandbox sees a clone of the project (under `/tmp`, say)."""
     links: dict[str, str] = {}
-    places = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, str(PACKAGE_ROOT),
+    places = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
               os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))}
     real = {_follow(os.path.abspath(p), links) for p in places}
     outside = sorted(r for r in real if r != "/" and not any(r == t or r.startswith(t + "/") for t in _SYSTEM))

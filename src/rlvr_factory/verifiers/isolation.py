@@ -191,7 +191,8 @@ class ScoringServer:
         limits = Limits(timeout_s=_FOREVER_S, cpu_s=int(_FOREVER_S), memory_mb=self.verifier.check_limits.memory_mb,
                         nproc=8, file_size_mb=16, open_files=256, output_bytes=65536)
         packages = plugin_packages(self.verifier)
-        options = {"read_only": tuple(packages)} if self.verifier.sandbox_backend == "bubblewrap" else {}
+        options = ({"read_only": (str(PACKAGE_ROOT), *packages)} if self.verifier.sandbox_backend == "bubblewrap"
+                   else {})  # the server imports this package (an editable install's source root is its own place)
         try:
             self.sandbox = Sandbox(self.verifier.sandbox_backend, limits, workspace_mb=8, **options)
             program = self.sandbox.load(SERVER_SOURCE, limits)
