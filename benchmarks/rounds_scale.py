@@ -93,8 +93,9 @@ def _overhead(nodes: list[tuple[str, float, float]], rounds: int) -> dict[str, f
     """Per round, the rounds' wall time less the time inside their nodes, over the first and the last tenth."""
     by_round: dict[int, list[tuple[float, float]]] = {}
     for name, start, end in nodes:
-        if name.startswith(ROUND_PREFIX):
-            by_round.setdefault(int(name[len(ROUND_PREFIX):].split(".")[0]), []).append((start, end))
+        index = name[len(ROUND_PREFIX):].split(".")[0]
+        if name.startswith(ROUND_PREFIX) and index.isdigit():  # `round_003.update`, not `round_curves`
+            by_round.setdefault(int(index), []).append((start, end))
     window = max(1, rounds // 10)
 
     def per_round(indices: list[int]) -> float:
