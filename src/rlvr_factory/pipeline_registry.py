@@ -74,7 +74,7 @@ def register_pipelines() -> dict[str, Pipeline]:
         "report": report.create_pipeline(shape.rounds),
     }
     stages["overoptimisation"] = reward_model.create_overoptimisation_pipeline()
-    stages["rlvr"] = sum(stages.values(), Pipeline([]))
+    stages["rlvr"] = Pipeline(list(stages.values()))  # joined once (`+` checks the whole at each step)
     stages["__default__"] = stages["rlvr"]
     # RLHF and DPO on preference pairs, each from scratch (curate, base model, SFT reused when cached).
     stages["preference_data"] = curate.create_preference_pipeline()

@@ -211,7 +211,9 @@ def create_pipeline(rounds: int, checkpoint_every: int = 0, with_reference: bool
     names = [f"round_{k:03d}" for k in range(rounds)]
     plans = round_plans(rounds, checkpoint_every, max_staleness)
     shared = {"train_tasks", "validation_tasks"} | ({"reference_policy"} if with_reference else set())
-    blocks = Pipeline([Node(initial_policy, ["sft_policy", "params:model"], "rl_initial_policy", name="initial_policy")])
+    # every round's block is made alone and the whole joined once: adding blocks one at a time would check the
+    # growing pipeline again at each round (quadratic in the rounds)
+    blocks = [Pipeline([Node(initial_policy, ["sft_policy", "params:model"], "rl_initial_policy", name="initial_policy")])]
     for k, name in enumerate(names):
         source = "rl_initial_policy" if k == 0 else _output_name(k - 1, rounds, checkpoint_every)
         previous = {"previous_pass_rates": f"{names[k - 1]}.pass_rates",
@@ -220,7 +222,7 @@ def create_pipeline(rounds: int, checkpoint_every: int = 0, with_reference: bool
         # the next round's update: its stats before validation if it defers it too, else its stats
         next_trained = (f"{names[k + 1]}.unvalidated" if plans[k + 1].deferred else f"{names[k + 1]}.stats"
                         ) if plan.deferred else None
-        blocks += pipeline(
+        blocks.append(pipeline(
             round_pipeline(k, with_reference, plan), namespace=name,
             inputs={"policy": source, **previous, **{i: i for i in shared},
                     **({"prefetched": f"{name}.prefetched"} if plan.stale else {}),
@@ -231,5 +233,7 @@ def create_pipeline(rounds: int, checkpoint_every: int = 0, with_reference: bool
                      **({"prefetched_out": f"{names[k + 1]}.prefetched"} if plan.prefetch else {}),
                      **({"validation_out": f"{names[k - 1]}.validation"} if plan.validates_previous else {})},
             parameters=PARAMETERS,
-        )
-    return blocks + Pipeline([Node(summarize_rounds, [f"{n}.stats" for n in names], "round_history", name="summarize_rounds")])
+        ))
+    blocks.append(Pipeline([Node(summarize_rounds, [f"{n}.stats" for n in names], "round_history",
+                                 name="summarize_rounds")]))
+    return Pipeline(blocks)
