@@ -66,6 +66,8 @@ from kedro.framework.hooks import hook_impl
 from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
+from rlvr_factory.pipelines.rl.loop import RoundLoopRunner
+
 class Timer:
     def __init__(self): self.start, self.end, self.validation = {}, {}, []
     @hook_impl
@@ -82,7 +84,7 @@ def main():
     timer = Timer()
     with KedroSession.create(project_path=project, env=env, runtime_params=params) as session:
         session._hook_manager.register(timer)
-        session.run(pipeline_names=["rl"])
+        session.run(pipeline_names=["rl"], runner=RoundLoopRunner())
     rounds = int(params["rl"]["rounds"])
     # to the last round node's end: the last update, or a round's stats finished after it (validation ahead)
     first, last = timer.end["round_000.rollout"], max(e for n, e in timer.end.items() if n.startswith("round_"))

@@ -30,6 +30,7 @@ from kedro.framework.startup import bootstrap_project
 from rlvr_factory.domains import get_domain, tasks_from_frame
 from rlvr_factory.evaluation import greedy_accuracy
 from rlvr_factory.models.policy import load_policy
+from rlvr_factory.pipelines.rl.loop import RoundLoopRunner
 from rlvr_factory.rollout.hf import SamplingConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +61,7 @@ def run(project: Path, pipeline: str, params: dict) -> float:
     try:
         bootstrap_project(project)
         with KedroSession.create(project_path=project, runtime_params=params) as session:
-            session.run(pipeline_names=[pipeline])
+            session.run(pipeline_names=[pipeline], runner=RoundLoopRunner())
     finally:
         while mlflow.active_run() is not None:
             mlflow.end_run()

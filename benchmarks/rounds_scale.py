@@ -115,6 +115,8 @@ def child(rounds: int, mode: str, project: Path, out: Path) -> None:
     from kedro.framework.session import KedroSession
     from kedro.framework.startup import bootstrap_project
 
+    from rlvr_factory.pipelines.rl.loop import RoundLoopRunner
+
     timing = Timing()
     params = _merge(MINIMAL, {"rl": {"rounds": rounds}})
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{project}/mlruns/mlflow.db"
@@ -122,7 +124,7 @@ def child(rounds: int, mode: str, project: Path, out: Path) -> None:
     bootstrap_project(project)
     with KedroSession.create(project_path=project, runtime_params=params) as session:
         session._hook_manager.register(_hook(timing))
-        session.run(pipeline_names=["rlvr"], **({"to_nodes": ["curate_tasks"]} if mode == "first" else {}))
+        session.run(pipeline_names=["rlvr"], runner=RoundLoopRunner(), **({"to_nodes": ["curate_tasks"]} if mode == "first" else {}))
     while mlflow.active_run() is not None:
         mlflow.end_run()
     result = {"first_node_s": timing.first, "seconds": time.monotonic() - STARTED}

@@ -29,8 +29,9 @@ PACKAGE = "rlvr_factory"
 DVC_YAML = ROOT / "dvc.yaml"
 COMMAND = "python scripts/dvc_deps.py write"
 # What every stage runs or reads besides its nodes' code: how configuration is read, how the
-# pipelines are shaped, the data catalog, and the locked environment.
+# pipelines are shaped and run (`kedro run`'s runner, the round loop), the data catalog, and the locked environment.
 EVERY_STAGE = ["src/rlvr_factory/config_loader.py", "src/rlvr_factory/pipeline_registry.py",
+               "src/rlvr_factory/cli.py", "src/rlvr_factory/pipelines/rl/loop.py",
                "conf/base/catalog.yml", "requirements.lock"]
 # Modules that import others by a computed name, and what they can import that way.
 DYNAMIC = {"rlvr_factory.domains.registry": ["rlvr_factory.domains"]}  # `domain.name` -> rlvr_factory.domains.<name>

@@ -55,9 +55,11 @@ class DistributedHook:
         if mlflow_config is not None:
             names = run_params.get("pipeline_names") or [run_params.get("pipeline_name") or "__default__"]
             mlflow_config.tracking.disable_tracking.pipelines = list(names)
-        for name in pipeline.all_outputs():
-            catalog[name] = MemoryDataset()
 
     @hook_impl
-    def before_node_run(self, node) -> None:
+    def before_node_run(self, node, catalog) -> None:
         distributed.barrier()
+        if distributed.world_size() > 1 and not distributed.is_main():  # rank 0 alone writes (every round's too)
+            for name in node.outputs:
+                if not isinstance(catalog.get(name, fallback_to_runtime_pattern=True), MemoryDataset):
+                    catalog[name] = MemoryDataset()

@@ -20,7 +20,7 @@ from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 
 from rlvr_factory import cpu_huge_pages, pipeline_registry, summary, tracking
 from rlvr_factory.models.policy import MODEL_DIR_CONTENTS, has_chat_template, looks_local, model_dir_problem
-from rlvr_factory.pipeline_registry import RLShape
+from rlvr_factory.pipelines.rl.pipeline import ROUND, RLShape
 from rlvr_factory.rollout.background import close_background_engines, forget_rollouts_ahead
 
 log = logging.getLogger(__name__)
@@ -107,14 +107,16 @@ class RunConsoleHook:
 
     @hook_impl(trylast=True)  # after kedro-mlflow has started the run
     def before_pipeline_run(self, run_params, pipeline, catalog) -> None:
-        rounds = sorted({int(m.group(1)) for n in pipeline.nodes if (m := ROUND_NODE.fullmatch(n.name))})
-        self._clock = summary.RoundClock(len(rounds))  # the rounds this run has (fewer when it resumes)
-        self._pipeline_start, self._done, self._total = time.perf_counter(), 0, len(pipeline.nodes)
+        declared = sum(n.namespace == ROUND for n in pipeline.nodes)  # the round loop runs them once per round
+        plans = self._shape.plans()[self._shape.resume_from:] if declared and self._shape else []
+        self._clock = summary.RoundClock(len(plans))  # the rounds this run has (fewer when it resumes)
+        self._pipeline_start, self._done = time.perf_counter(), 0
+        self._total = len(pipeline.nodes) - declared + sum(p.nodes for p in plans)
         self._round_start, self._evaluation, self._eval_report = None, {}, None
         active = mlflow.active_run()
         self._run = (active.info.run_id, mlflow.get_tracking_uri()) if active else None
         where = f"; MLflow run {active.info.run_id}" if active else ""
-        log.info("%d nodes, %d RL rounds%s", self._total, len(rounds), where)
+        log.info("%d nodes, %d RL rounds%s", self._total, len(plans), where)
         if os.environ.get("THP_MEM_ALLOC_ENABLE") == "1" and cpu_huge_pages() is False:
             log.warning("PyTorch's CPU allocations get no huge pages in this process (a tensor was allocated "
                         "before rlvr_factory set THP_MEM_ALLOC_ENABLE=1): export THP_MEM_ALLOC_ENABLE=1 "

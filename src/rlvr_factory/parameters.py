@@ -114,7 +114,8 @@ class CurriculumConfig:
 
 @dataclass(frozen=True)
 class RLConfig:
-    rounds: PositiveInt = 20  # unrolled rounds (round_000 ...); `--params=rl.rounds=2` runs exactly 2
+    rounds: PositiveInt = 20  # rounds the round loop runs (round_000 ...); `--params=rl.rounds=2` runs exactly 2
+    resume_from: NonNegativeInt = 0  # a killed run resumes at this round, one right after a checkpoint: kedro run --from-nodes=round.rollout --params=rl.resume_from=N
     seed: int = 0  # every round's seed derives from it
     lr_schedule: Literal[SCHEDULES] = "cosine"  # update.lr over the rounds: cosine (to 10%), linear (to 0) or constant
     checkpoint_every: NonNegativeInt = 5  # write the policy and optimizer to disk every N rounds (0: never)

@@ -1,15 +1,15 @@
 """The project's pipelines: each stage alone, and `rlvr`, the whole chain (the default).
 
-The RL loop is unrolled into `rl.rounds` namespaced rounds, so the pipelines are built from
-the run's configuration: the parameters of the config loader the session made (its `--env`
-and `--params` included; `kedro run` and `kedro viz` alike), or, outside a session
-(`kedro registry describe`), the project's configuration for `$KEDRO_ENV`.
+The RL pipeline declares one round, which `kedro run`'s round loop repeats `rl.rounds` times
+(`pipelines/rl/loop.py`); whether its updates read a KL reference model comes from the run's
+configuration: the parameters of the config loader the session made (its `--env` and `--params`
+included; `kedro run` and `kedro viz` alike), or, outside a session (`kedro registry describe`), the
+project's configuration for `$KEDRO_ENV`.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from kedro.framework.project import settings
@@ -17,37 +17,8 @@ from kedro.pipeline import Pipeline
 from kedro.utils import find_kedro_project
 
 from rlvr_factory.config_loader import ConfigLoader
-from rlvr_factory.parameters import RLConfig
 from rlvr_factory.pipelines import base_model, curate, evaluate, flywheel, preference, report, reward_model, rl, sft
-from rlvr_factory.rollout.agent_loop import RolloutConfig
-from rlvr_factory.schema import ConfigError, parse
-
-
-@dataclass(frozen=True)
-class RLShape:
-    """What shapes the unrolled RL loop: how many rounds, how often the policy goes to disk,
-    and whether a KL reference model is loaded."""
-
-    rounds: int
-    checkpoint_every: int
-    with_reference: bool
-    max_staleness: int = 0
-
-    @classmethod
-    def from_parameters(cls, parameters: dict) -> RLShape:
-        """The shape `rl.rounds`, `rl.checkpoint_every`, `rl.update.kl_coef` and `rl.max_staleness` ask for
-        (checked: `ConfigError`)."""
-        rl = parse(RLConfig, parameters.get("rl"), "rl")
-        if rl.max_staleness > 1:
-            raise ConfigError("rl.max_staleness", f"asynchronous rounds run one rollout ahead of the update: 0 or 1, "
-                              f"got {rl.max_staleness}")
-        if rl.max_staleness:
-            rollout = RolloutConfig.from_params(parameters.get("rollout"))
-            if not rollout.background:
-                raise ConfigError("rl.max_staleness", "asynchronous rounds overlap sampling with the update only when "
-                                  "the engine samples in a process of its own: set rollout.background=true (the "
-                                  "transformers engine in a worker process; rollout.engine=vllm is not supported yet)")
-        return cls(rl.rounds, rl.checkpoint_every, rl.update.kl_coef > 0, rl.max_staleness)
+from rlvr_factory.pipelines.rl.pipeline import RLShape
 
 
 def run_parameters() -> dict:
@@ -63,15 +34,15 @@ def run_parameters() -> dict:
 
 
 def register_pipelines() -> dict[str, Pipeline]:
-    """Map pipeline names to pipelines, the RL loop unrolled to the run's `rl.rounds`."""
+    """Map pipeline names to pipelines (the RL round declared once; `kedro run` repeats it)."""
     shape = RLShape.from_parameters(run_parameters())
     stages = {
         "curate": curate.create_pipeline(),
         "base_model": base_model.create_pipeline(),
         "sft": sft.create_pipeline(),
-        "rl": rl.create_pipeline(shape.rounds, shape.checkpoint_every, shape.with_reference, shape.max_staleness),
+        "rl": rl.create_pipeline(shape.with_reference),
         "evaluate": evaluate.create_pipeline(),
-        "report": report.create_pipeline(shape.rounds),
+        "report": report.create_pipeline(),
     }
     stages["overoptimisation"] = reward_model.create_overoptimisation_pipeline()
     stages["rlvr"] = Pipeline(list(stages.values()))  # joined once (`+` checks the whole at each step)

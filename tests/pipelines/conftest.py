@@ -12,6 +12,8 @@ import yaml
 from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
+from rlvr_factory.pipelines.rl.loop import RoundLoopRunner
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -79,7 +81,7 @@ def run_pipeline(project: Path, params: dict, pipeline: str = "rlvr", env: str |
         with KedroSession.create(project_path=project, env=env, runtime_params=params) as session:
             for hook in hooks:
                 session._hook_manager.register(hook)
-            session.run(pipeline_names=[pipeline])
+            session.run(pipeline_names=[pipeline], runner=RoundLoopRunner())
     finally:
         # kedro-mlflow ends its run in the store, but MLflow's fluent API can still hold it
         # as active in this process; clear it so the next in-process run starts its own.

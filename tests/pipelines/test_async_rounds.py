@@ -123,6 +123,6 @@ def test_a_killed_asynchronous_run_resumes_with_the_staleness_of_a_whole_one(bef
     _kill_once_written(project, params, project / "data/06_models/checkpoints/round_002/optimizer.pt", "--pipeline=rl")
     assert not (project / HISTORY).exists(), "the run finished before it was killed"
     assert all((project / f"data/08_reporting/rounds/round_{k:03d}.json").exists() for k in range(2))  # before round 2 trains
-    resumed = _kedro_cli(project, params, "--pipeline=rl", "--from-nodes=round_003.rollout")
+    resumed = _kedro_cli(project, {**params, "rl": {**params["rl"], "resume_from": 3}}, "--pipeline=rl", "--from-nodes=round.rollout")
     assert resumed.wait(timeout=600) == 0, _log_tail(project)
     assert (project / HISTORY).read_bytes() == (reference / HISTORY).read_bytes()

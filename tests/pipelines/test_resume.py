@@ -4,7 +4,7 @@ RL option on: the KL term (its reference policy), LoRA adapters, dynamic samplin
 
 The stages before RL run once; each option then runs the `rl` pipeline uninterrupted in one copy of
 that project, and in another copy as a `kedro run` killed after its first checkpoint and resumed
-with `--from-nodes`. Both must end with the same round history and the same final policy.
+with `--from-nodes=round.rollout --params=rl.resume_from=1`. Both must end with the same round history and the same final policy.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def test_a_killed_run_resumes_to_the_result_of_an_uninterrupted_one(before_rl, t
     _kill_once_written(project, params, project / "data/06_models/checkpoints/round_000/optimizer.pt", "--pipeline=rl")
     assert not (project / "data/08_reporting/round_history.json").exists(), "the run finished before it was killed"
 
-    resumed = _kedro_cli(project, params, "--pipeline=rl", "--from-nodes=round_001.rollout")
+    resumed = _kedro_cli(project, {**params, "rl": {**params["rl"], "resume_from": 1}}, "--pipeline=rl", "--from-nodes=round.rollout")
     assert resumed.wait(timeout=600) == 0, _log_tail(project)
     history = "data/08_reporting/round_history.json"
     assert (project / history).read_bytes() == (reference / history).read_bytes()

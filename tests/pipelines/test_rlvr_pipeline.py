@@ -170,7 +170,7 @@ def test_a_killed_run_resumes_from_its_last_checkpoint_to_the_same_result(tmp_pa
     _kill_once_written(project, params, project / "data/06_models/checkpoints/round_001/optimizer.pt")
     assert not (project / "data/08_reporting/metrics.json").exists(), "the run finished before it was killed"
 
-    resumed = _kedro_cli(project, params, "--from-nodes=round_002.rollout")
+    resumed = _kedro_cli(project, {**params, "rl": {**params["rl"], "resume_from": 2}}, "--from-nodes=round.rollout")
     assert resumed.wait(timeout=600) == 0, _log_tail(project)
     assert (project / "data/08_reporting/metrics.json").read_bytes() == (
         reference / "data/08_reporting/metrics.json"

@@ -17,6 +17,7 @@ from rlvr_factory.evaluation import greedy_accuracy
 from rlvr_factory.mlflow_model import log_policy_model
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.pipelines.evaluate.nodes import build_report
+from rlvr_factory.round_files import each_round
 from rlvr_factory.rollout.hf import SamplingConfig
 
 log = logging.getLogger(__name__)
@@ -43,9 +44,9 @@ def plot_round_curves(curves: pd.DataFrame) -> Figure:
     return plots.plot_round_curves(curves)
 
 
-def domain_table(*round_levels: pd.DataFrame) -> pd.DataFrame:
+def domain_table(round_levels: dict, rl: dict) -> pd.DataFrame:
     """Every round's per-domain table (level, pass rates, weight) stacked: domains x rounds, long form."""
-    return domain_report.domain_rounds(*round_levels)
+    return domain_report.domain_rounds(*each_round(round_levels, rl["rounds"], "domain levels"))
 
 
 def plot_domain_heatmap(table: pd.DataFrame) -> Figure:
@@ -58,14 +59,14 @@ def summarize(eval_report: dict, sft_validation: dict) -> dict:
     return summary.summary_metrics(eval_report, sft_validation["greedy_accuracy"])
 
 
-def sample_rollouts(report: dict, *scored_rounds: pd.DataFrame) -> list[dict]:
+def sample_rollouts(report: dict, scored_rounds: dict, rl: dict) -> list[dict]:
     """`report.rollout_sample.per_round` seeded rollouts of every round, with their rewards."""
     sample = report["rollout_sample"]
     rows = [
         scored.sample(n=min(sample["per_round"], len(scored)), random_state=sample["seed"]).sort_values(
             ["task_id", "sample_index"]
         )
-        for scored in scored_rounds
+        for scored in each_round(scored_rounds, rl["rounds"], "scored rollouts")
     ]
     frame = pd.concat(rows, ignore_index=True)[SAMPLE_COLUMNS]
     return frame.astype({"round": int, "reward": float, "correct": bool}).to_dict(orient="records")

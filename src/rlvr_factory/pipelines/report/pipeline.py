@@ -16,10 +16,8 @@ from rlvr_factory.pipelines.report.nodes import (
 )
 
 
-def create_pipeline(rounds: int) -> Pipeline:
-    """The report of a run of `rounds` RL rounds (it samples every round's scored rollouts)."""
-    scored = [f"round_{k:03d}.scored" for k in range(rounds)]
-    levels = [f"round_{k:03d}.domain_levels" for k in range(rounds)]
+def create_pipeline() -> Pipeline:
+    """The report of a run (it samples every round's scored rollouts, `round.scored`, a folder per round)."""
     return Pipeline(
         [
             Node(sft_validation_accuracy,
@@ -27,10 +25,10 @@ def create_pipeline(rounds: int) -> Pipeline:
                  "sft_validation", name="sft_validation_accuracy"),
             Node(round_curves, ["round_history", "sft_validation"], "round_curves", name="round_curves"),
             Node(plot_round_curves, "round_curves", "round_curve_plot", name="plot_round_curves"),
-            Node(domain_table, levels, "domain_rounds", name="domain_table"),
+            Node(domain_table, ["round.domain_levels", "params:rl"], "domain_rounds", name="domain_table"),
             Node(plot_domain_heatmap, "domain_rounds", "domain_heatmap", name="plot_domain_heatmap"),
             Node(summarize, ["eval_report", "sft_validation"], "summary_metrics", name="summarize"),
-            Node(sample_rollouts, ["params:report", *scored], "rollout_sample", name="sample_rollouts"),
+            Node(sample_rollouts, ["params:report", "round.scored", "params:rl"], "rollout_sample", name="sample_rollouts"),
             Node(render_part_views, ["rollout_sample", "train_tasks", "params:domain", "params:report"], "part_views",
                  name="render_part_views"),
             Node(record_run, ["eval_report", "round_history"], None, name="record_run"),

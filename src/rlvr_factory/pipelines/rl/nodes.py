@@ -1,4 +1,4 @@
-"""RL rounds: rollout -> verify -> update, each a node; the pipeline unrolls them per round."""
+"""RL rounds: rollout -> verify -> update, each a node; the round loop runs them once per round."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from rlvr_factory.models.lora import LoraSettings, with_lora
 from rlvr_factory.models.policy import Policy, freeze
 from rlvr_factory.overoptimisation import component_stats
 from rlvr_factory.rl.curriculum import prompt_order, update_pass_rates
+from rlvr_factory.round_files import each_round
 from rlvr_factory.rollout.agent_loop import RolloutConfig, push_weights, sample_episodes
 from rlvr_factory.rollout.background import rollout_collected, rollout_started_ahead, running_ahead, sharing_cores
 from rlvr_factory.rollout.dynamic import DynamicSampling, draw_groups
@@ -408,6 +409,7 @@ def _reproducible(stats: dict) -> dict:
     return {k: v for k, v in stats.items() if k not in OPERATIONAL_KEYS and not k.startswith(OPERATIONAL_PREFIX)}
 
 
-def summarize_rounds(*round_stats: dict) -> list[dict]:
-    """All rounds' stats in order, without operational stats (so reruns compare byte for byte)."""
-    return [_reproducible(s) for s in sorted(round_stats, key=lambda s: s["round"])]
+def summarize_rounds(round_stats: dict, rl: dict) -> list[dict]:
+    """All `rl.rounds` rounds' stats (the per-round files) in order, without operational stats (so reruns
+    compare byte for byte)."""
+    return [_reproducible(s) for s in each_round(round_stats, rl["rounds"], "round stats")]

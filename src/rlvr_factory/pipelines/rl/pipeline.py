@@ -1,10 +1,21 @@
-"""The RL loop unrolled: one namespaced rollout -> verify -> update block per round."""
+"""The RL round, declared once: rollout -> verify -> update, and how round k's copy of it is wired.
+
+The registered `rl` pipeline holds one round (namespace `round`, the template `kedro viz` shows); the
+round loop (`loop.RoundLoopRunner`, `kedro run`'s runner) repeats it, asking `round_block` for round k's
+nodes, namespaced `round_NNN`, whose datasets the catalog's `{round}.*` patterns persist per round.
+"""
+
+from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from functools import partial, update_wrapper
+from functools import partial, update_wrapper, wraps
 
 from kedro.pipeline import Node, Pipeline, pipeline
+
+from rlvr_factory.parameters import RLConfig
+from rlvr_factory.rollout.agent_loop import RolloutConfig
+from rlvr_factory.schema import ConfigError, parse
 
 from rlvr_factory.pipelines.rl.nodes import (
     collect_rollout,
@@ -79,6 +90,11 @@ class RoundPlan:
     deferred: bool = False
     later_verified: bool = False
     finishes_earlier: bool = False
+
+    @property
+    def nodes(self) -> int:
+        """How many nodes the round has (`round_pipeline`): five, one to start work ahead, one to finish late."""
+        return 5 + (self.prefetch or self.validates_previous) + self.deferred
 
 
 def round_plans(rounds: int, checkpoint_every: int = 0, max_staleness: int = 0) -> list[RoundPlan]:
@@ -157,8 +173,8 @@ def _output_name(k: int, rounds: int, checkpoint_every: int) -> str:
     if k == rounds - 1:
         return "rl_policy"
     if _checkpointed(k, checkpoint_every):
-        return f"round_{k:03d}.checkpoint"
-    return f"round_{k:03d}.next_policy"
+        return f"{round_name(k)}.checkpoint"
+    return f"{round_name(k)}.next_policy"
 
 
 def behaviour_rounds(rounds: int, checkpoint_every: int, max_staleness: int) -> list[int]:
@@ -188,52 +204,117 @@ def deferred_validations(rounds: int, checkpoint_every: int, max_staleness: int)
             and not _checkpointed(k + 1, checkpoint_every) for k in range(rounds)]
 
 
-def create_pipeline(rounds: int, checkpoint_every: int = 0, with_reference: bool = False, max_staleness: int = 0) -> Pipeline:
-    """`rounds` rounds from `sft_policy` to `rl_policy`, then the per-round summary.
+ROUND = "round"  # the namespace of the declared round; round k runs as `round_{k:03d}`
 
-    Every `checkpoint_every` rounds the policy (with its optimizer state) is written to disk
-    instead of passed in memory, so a killed run resumes with
-    `kedro run --from-nodes=round_NNN.rollout` from the round after the last checkpoint.
-    With `with_reference`, the SFT policy, read from disk frozen (`reference_policy`), feeds the KL term
-    of every update, in a resumed run as in a whole one.
-    Round 0 starts from `rl_initial_policy` (the SFT policy, with LoRA adapters when
-    `model.lora.enabled`); each round's pass rates (`round_NNN.pass_rates`) feed the next
-    round's prompt choice.
+
+def round_name(k: int) -> str:
+    """Round k's namespace: its nodes' and datasets' prefix (`round_007.rollout`, `round_007.scored`)."""
+    return f"{ROUND}_{k:03d}"
+
+
+@dataclass(frozen=True)
+class RLShape:
+    """What shapes the round loop: how many rounds, how often the policy goes to disk, whether a KL
+    reference model is loaded, how far rollouts run ahead, and the round a resumed run starts at."""
+
+    rounds: int
+    checkpoint_every: int
+    with_reference: bool
+    max_staleness: int = 0
+    resume_from: int = 0
+
+    @classmethod
+    def from_parameters(cls, parameters: dict) -> RLShape:
+        """The shape `rl.rounds`, `rl.checkpoint_every`, `rl.update.kl_coef`, `rl.max_staleness` and
+        `rl.resume_from` ask for (checked: `ConfigError`)."""
+        rl = parse(RLConfig, parameters.get("rl"), "rl")
+        if rl.max_staleness > 1:
+            raise ConfigError("rl.max_staleness", f"asynchronous rounds run one rollout ahead of the update: 0 or 1, "
+                              f"got {rl.max_staleness}")
+        if rl.max_staleness:
+            rollout = RolloutConfig.from_params(parameters.get("rollout"))
+            if not rollout.background:
+                raise ConfigError("rl.max_staleness", "asynchronous rounds overlap sampling with the update only when "
+                                  "the engine samples in a process of its own: set rollout.background=true (the "
+                                  "transformers engine in a worker process; rollout.engine=vllm is not supported yet)")
+        if rl.resume_from and (rl.resume_from >= rl.rounds or not _checkpointed(rl.resume_from - 1, rl.checkpoint_every)):
+            raise ConfigError("rl.resume_from", f"a run resumes at a round right after a checkpoint (rounds "
+                              f"{rl.checkpoint_every or '-'}, {2 * rl.checkpoint_every or '-'}, ... below rl.rounds="
+                              f"{rl.rounds}, every rl.checkpoint_every={rl.checkpoint_every}), got {rl.resume_from}")
+        return cls(rl.rounds, rl.checkpoint_every, rl.update.kl_coef > 0, rl.max_staleness, rl.resume_from)
+
+    def plans(self) -> list[RoundPlan]:
+        """Every round's `RoundPlan`."""
+        return round_plans(self.rounds, self.checkpoint_every, self.max_staleness)
+
+
+SHARED = ("train_tasks", "validation_tasks")
+
+
+def round_block(k: int, shape: RLShape, plans: list[RoundPlan]) -> Pipeline:
+    """Round k's nodes, namespaced `round_NNN`, wired to its neighbours: it starts from the policy round k-1
+    left (`rl_initial_policy` for round 0; a checkpoint on disk after a checkpointed round) and that round's
+    pass rates and domain levels, and leaves its policy to round k+1 (`rl_policy` after the last round).
+    Asynchronous rounds (`RoundPlan`) also read from and leave to the rounds one and two away."""
+    names = {j: round_name(j) for j in range(k - 2, k + 3)}
+    name, plan = names[k], plans[k]
+    previous = {"previous_pass_rates": f"{names[k - 1]}.pass_rates",
+                "previous_domain_levels": f"{names[k - 1]}.domain_levels"} if k > 0 else {}
+    # the next round's update: its stats before validation if it defers it too, else its stats
+    next_trained = (f"{names[k + 1]}.unvalidated" if plans[k + 1].deferred else f"{names[k + 1]}.stats"
+                    ) if plan.deferred else None
+    shared = SHARED + (("reference_policy",) if shape.with_reference else ())
+    return pipeline(
+        round_pipeline(k, shape.with_reference, plan), namespace=name,
+        inputs={"policy": "rl_initial_policy" if k == 0 else _output_name(k - 1, shape.rounds, shape.checkpoint_every),
+                **previous, **{i: i for i in shared},
+                **({"prefetched": f"{name}.prefetched"} if plan.stale else {}),
+                **({"validation": f"{name}.validation", "next_trained": next_trained} if plan.deferred else {}),
+                **({"later_verify_stats": f"{names[k + 2]}.verify_stats"} if plan.later_verified else {}),
+                **({"earlier_stats": f"{names[k - 2]}.stats"} if plan.finishes_earlier else {})},
+        outputs={"next_policy": _output_name(k, shape.rounds, shape.checkpoint_every),
+                 **({"prefetched_out": f"{names[k + 1]}.prefetched"} if plan.prefetch else {}),
+                 **({"validation_out": f"{names[k - 1]}.validation"} if plan.validates_previous else {})},
+        parameters=PARAMETERS,
+    )
+
+
+def _declared_only(func):
+    """`func` as the declared round shows it: the round loop runs round k's copy (`round_block`), never this."""
+    @wraps(func)
+    def refuse(*args, **kwargs):
+        raise RuntimeError(
+            f"{func.__name__}: the RL round is declared once and repeated by the round loop; run it with `kedro run` "
+            "(its default runner) or session.run(runner=RoundLoopRunner()) "
+            "(rlvr_factory.pipelines.rl.loop), not with Kedro's SequentialRunner")
+    return refuse
+
+
+def create_pipeline(with_reference: bool = False) -> Pipeline:
+    """The SFT policy to `rl_policy` through `rl.rounds` rounds, then the per-round summary.
+
+    The round is declared once (namespace `round`: rollout -> verify -> track_pass_rates, track_levels ->
+    update), reading `rl_initial_policy` and writing `rl_policy`, `round.stats` and the rest; the round loop
+    (`loop.RoundLoopRunner`) runs round k as `round_NNN` (`round_block`). Every `rl.checkpoint_every` rounds
+    the policy (with its optimizer state) is written to disk instead of passed in memory, so a killed run
+    resumes with `kedro run --from-nodes=round.rollout --params=rl.resume_from=N` at the round after the last
+    checkpoint. With `with_reference`, the SFT policy, read from disk frozen (`reference_policy`), feeds the KL
+    term of every update. Round 0 starts from `rl_initial_policy` (the SFT policy, with LoRA adapters when
+    `model.lora.enabled`); each round's pass rates and domain levels feed the next round's prompt choice.
 
     With `max_staleness: 1` (asynchronous rounds), round k's rollout samples from a frozen copy of the
-    policy round k - 1 started from (`behaviour_rounds`) and depends on no update after it: round k - 1
-    starts it (`prefetch_next_rollout`, in a background thread driving the engine's worker process) before
-    its own update, so the two overlap under Kedro's sequential runner. The round after a checkpoint
-    samples from the checkpoint itself, so a resumed run is the same as a whole one. Round k's validation
-    reads the weights round k+2's rollout samples from, so the worker runs it right after that rollout,
-    beside round k+1's update, and round k's stats are written after that update (`deferred_validations`).
+    policy round k - 1 started from (`behaviour_rounds`): round k - 1 starts it (`prefetch_next_rollout`, in
+    a background thread driving the engine's worker process) before its own update, so the two overlap.
+    The round after a checkpoint samples from the checkpoint itself, so a resumed run is the same as a whole
+    one. Round k's validation reads the weights round k+2's rollout samples from, so the worker runs it right
+    after that rollout, beside round k+1's update (`deferred_validations`).
     """
-    names = [f"round_{k:03d}" for k in range(rounds)]
-    plans = round_plans(rounds, checkpoint_every, max_staleness)
-    shared = {"train_tasks", "validation_tasks"} | ({"reference_policy"} if with_reference else set())
-    # every round's block is made alone and the whole joined once: adding blocks one at a time would check the
-    # growing pipeline again at each round (quadratic in the rounds)
-    blocks = [Pipeline([Node(initial_policy, ["sft_policy", "params:model"], "rl_initial_policy", name="initial_policy")])]
-    for k, name in enumerate(names):
-        source = "rl_initial_policy" if k == 0 else _output_name(k - 1, rounds, checkpoint_every)
-        previous = {"previous_pass_rates": f"{names[k - 1]}.pass_rates",
-                    "previous_domain_levels": f"{names[k - 1]}.domain_levels"} if k > 0 else {}
-        plan = plans[k]
-        # the next round's update: its stats before validation if it defers it too, else its stats
-        next_trained = (f"{names[k + 1]}.unvalidated" if plans[k + 1].deferred else f"{names[k + 1]}.stats"
-                        ) if plan.deferred else None
-        blocks.append(pipeline(
-            round_pipeline(k, with_reference, plan), namespace=name,
-            inputs={"policy": source, **previous, **{i: i for i in shared},
-                    **({"prefetched": f"{name}.prefetched"} if plan.stale else {}),
-                    **({"validation": f"{name}.validation", "next_trained": next_trained} if plan.deferred else {}),
-                    **({"later_verify_stats": f"{names[k + 2]}.verify_stats"} if plan.later_verified else {}),
-                    **({"earlier_stats": f"{names[k - 2]}.stats"} if plan.finishes_earlier else {})},
-            outputs={"next_policy": _output_name(k, rounds, checkpoint_every),
-                     **({"prefetched_out": f"{names[k + 1]}.prefetched"} if plan.prefetch else {}),
-                     **({"validation_out": f"{names[k - 1]}.validation"} if plan.validates_previous else {})},
-            parameters=PARAMETERS,
-        ))
-    blocks.append(Pipeline([Node(summarize_rounds, [f"{n}.stats" for n in names], "round_history",
-                                 name="summarize_rounds")]))
-    return Pipeline(blocks)
+    declared = round_pipeline(0, with_reference, RoundPlan())
+    declared = Pipeline([n._copy(func=_declared_only(n.func)) for n in declared.nodes])
+    shared = SHARED + (("reference_policy",) if with_reference else ())
+    return Pipeline([
+        Node(initial_policy, ["sft_policy", "params:model"], "rl_initial_policy", name="initial_policy"),
+        pipeline(declared, namespace=ROUND, inputs={"policy": "rl_initial_policy", **{i: i for i in shared}},
+                 outputs={"next_policy": "rl_policy"}, parameters=PARAMETERS),
+        Node(summarize_rounds, [f"{ROUND}.stats", "params:rl"], "round_history", name="summarize_rounds"),
+    ])
