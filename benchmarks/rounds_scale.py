@@ -13,8 +13,9 @@ Each size runs in a fresh process (`--child`), in a scratch copy of this project
   round) for sizes up to `--full-up-to`: the rounds' wall time less the time inside their nodes' functions (the
   runner's scheduling, dataset loads and saves, hooks, MLflow logging), per round, over the first and over the
   last tenth of the rounds (flat in the round index when the two agree);
-* **peak memory**: the child process's peak resident set (VmHWM), for the whole run where it ran, else for the
-  first-node run.
+* **memory**: the child process's peak resident set (VmHWM), for the whole run where it ran, else for the
+  first-node run; and, in a whole run, its resident set (VmRSS) after each round's update, the median over the
+  first and over the last tenth of the rounds (flat in the round index when the two agree).
 
 A size that does not reach its first node within `--timeout` seconds is reported as `> timeout`.
 """
@@ -25,6 +26,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,6 +57,7 @@ class Timing:
     def __init__(self) -> None:
         self.first: float | None = None
         self.nodes: list[tuple[str, float, float]] = []
+        self.resident: list[float] = []  # MB after each round's update
         self._start: dict[str, float] = {}
 
     def before_node_run(self, node) -> None:  # noqa: ANN001  (Kedro's hook spec)
@@ -65,6 +68,16 @@ class Timing:
 
     def after_node_run(self, node) -> None:  # noqa: ANN001
         self.nodes.append((node.name, self._start.pop(node.name), time.monotonic()))
+        if node.name.endswith(".update"):
+            self.resident.append(_resident_mb())
+
+
+def _resident_mb() -> float:
+    """This process's resident set now (VmRSS), in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def _hook(timing: Timing):
@@ -130,6 +143,9 @@ def child(rounds: int, mode: str, project: Path, out: Path) -> None:
     result = {"first_node_s": timing.first, "seconds": time.monotonic() - STARTED}
     if mode == "full":
         result.update(_overhead(timing.nodes, rounds))
+        window = max(1, rounds // 10)  # the resident set's median over the first and the last tenth of the rounds
+        result.update(first_mb=statistics.median(timing.resident[:window]),
+                      last_mb=statistics.median(timing.resident[-window:]))
     out.write_text(json.dumps(result))
 
 
@@ -154,18 +170,19 @@ def measure(rounds: int, mode: str, timeout: float) -> dict:
         out = project / "result.json"
         env = {**os.environ, "DO_NOT_TRACK": "true", "KEDRO_DISABLE_TELEMETRY": "1",
                "MLFLOW_DISABLE_TELEMETRY": "true", "DVC_NO_ANALYTICS": "1"}
-        proc = subprocess.Popen([sys.executable, __file__, "--child", str(rounds), mode, str(project), str(out)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
-        started, peak = time.monotonic(), 0.0
-        while proc.poll() is None and time.monotonic() - started < timeout:
-            peak = max(peak, _peak_mb(proc.pid) or 0.0)
-            time.sleep(0.5)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-            return {"timed_out": True, "peak_mb": peak}
+        with (project / "run.log").open("w") as log:  # a file: a long run's progress would fill a pipe and block it
+            proc = subprocess.Popen([sys.executable, __file__, "--child", str(rounds), mode, str(project), str(out)],
+                                    stdout=log, stderr=subprocess.STDOUT, env=env, text=True)
+            started, peak = time.monotonic(), 0.0
+            while proc.poll() is None and time.monotonic() - started < timeout:
+                peak = max(peak, _peak_mb(proc.pid) or 0.0)
+                time.sleep(0.5)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+                return {"timed_out": True, "peak_mb": peak}
         if proc.returncode != 0:
-            raise RuntimeError(f"{rounds} rounds ({mode}) failed:\n{proc.stderr.read()[-3000:]}")
+            raise RuntimeError(f"{rounds} rounds ({mode}) failed:\n{(project / 'run.log').read_text()[-3000:]}")
         return {**json.loads(out.read_text()), "peak_mb": peak}
 
 
@@ -189,7 +206,7 @@ def main() -> None:
         rows.append((rounds, first, full))
         print(f"  {rounds} rounds measured", file=sys.stderr, flush=True)
     print(f"{'rounds':>7} {'first node':>11} {'x smallest':>10} {'ms/round first':>15} {'ms/round last':>14} "
-          f"{'whole run':>10} {'peak MB':>8}")
+          f"{'whole run':>10} {'peak MB':>8} {'MB first':>9} {'MB last':>8}")
     for rounds, first, full in rows:
         if first.get("timed_out"):
             start, ratio = f"> {args.timeout:.0f} s", "-"
@@ -199,7 +216,9 @@ def main() -> None:
         per_last = f"{full['last_ms']:.0f}" if full and not full.get("timed_out") else "-"
         whole = (f"> {args.timeout:.0f} s" if full.get("timed_out") else f"{full['seconds']:.0f} s") if full else "-"
         peak = (full or first)["peak_mb"]
-        print(f"{rounds:>7} {start:>11} {ratio:>10} {per_first:>15} {per_last:>14} {whole:>10} {peak:>8.0f}")
+        resident = [f"{full[k]:.0f}" if full and not full.get("timed_out") else "-" for k in ("first_mb", "last_mb")]
+        print(f"{rounds:>7} {start:>11} {ratio:>10} {per_first:>15} {per_last:>14} {whole:>10} {peak:>8.0f} "
+              f"{resident[0]:>9} {resident[1]:>8}")
 
 
 if __name__ == "__main__":

@@ -65,13 +65,26 @@ def test_summarize_gives_the_headline_numbers_with_the_sft_baseline():
     assert summary["val"] == {"sft": 0.05, "best": 0.3, "last": 0.3}
 
 
+def _rounds(*frames: pd.DataFrame) -> dict:
+    """Rounds' scored rollouts as the per-round folder dataset loads them: {round_NNN: load}."""
+    return {f"round_{k:03d}": (lambda frame=frame: frame) for k, frame in enumerate(frames)}
+
+
 def test_the_rollout_sample_takes_the_same_rows_of_every_round_each_time():
-    first = sample_rollouts(SAMPLE, _scored(0), _scored(1))
-    assert first == sample_rollouts(SAMPLE, _scored(0), _scored(1))
+    rl = {"rounds": 2}
+    first = sample_rollouts(SAMPLE, _rounds(_scored(0), _scored(1)), rl)
+    assert first == sample_rollouts(SAMPLE, _rounds(_scored(0), _scored(1)), rl)
     assert [r["round"] for r in first] == [0, 0, 0, 1, 1, 1]
     assert set(first[0]) == {"round", "task_id", "prompt", "completion", "reward", "correct", "status"}
     json.dumps(first)  # plain JSON types
-    assert len(sample_rollouts({"rollout_sample": {"per_round": 50, "seed": 0}}, _scored(0, n=4))) == 4
+    assert len(sample_rollouts({"rollout_sample": {"per_round": 50, "seed": 0}}, _rounds(_scored(0, n=4)), {"rounds": 1})) == 4
+
+
+def test_the_report_reads_the_run_s_rounds_only_and_names_a_missing_one():
+    folder = _rounds(_scored(0), _scored(1), _scored(2))  # round 2: a longer run's file, left in the folder
+    assert {r["round"] for r in sample_rollouts(SAMPLE, folder, {"rounds": 2})} == {0, 1}
+    with pytest.raises(FileNotFoundError, match="scored rollouts: no round_003"):
+        sample_rollouts(SAMPLE, folder, {"rounds": 4})
 
 
 def test_record_run_adds_only_what_the_run_lacks(tmp_path):

@@ -17,6 +17,7 @@ from pathlib import Path
 import math_verify
 import pytest
 
+from rlvr_factory.verifiers import pool as pool_module
 from rlvr_factory.verifiers.math import MathVerifier
 from rlvr_factory.verifiers.pool import VerifierPool
 from rlvr_factory.verifiers.score import Score
@@ -226,6 +227,15 @@ def test_a_pair_seen_before_is_served_from_the_cache(pool):
     assert again == first
     assert time.monotonic() - start < 0.1
     assert delta(pool, before) == {"cached": 2}
+
+
+def test_the_cache_keeps_the_latest_verdicts_only_so_a_long_run_does_not_grow_it(pool, monkeypatch):
+    monkeypatch.setattr(pool_module, "CACHE_ENTRIES", 2)
+    pool.score_many([("ok:c1", "c"), ("ok:c2", "c"), ("ok:c3", "c")])
+    assert len(pool._cache) == 2
+    before = pool.stats
+    pool.score_many([("ok:c3", "c"), ("ok:c1", "c")])  # c3 is remembered; c1, the oldest, was forgotten
+    assert delta(pool, before) == {"cached": 1, "dispatched": 1}
 
 
 def test_identical_pairs_in_one_batch_are_checked_once(pool):

@@ -17,7 +17,7 @@ A pool is not thread-safe: use it from one thread at a time.
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -29,6 +29,7 @@ from rlvr_factory.verifiers.score import Score
 logger = logging.getLogger(__name__)
 
 Pair = tuple[str, str]  # (gold, completion): the cache key of one check
+CACHE_ENTRIES = 65_536  # verdicts a pool remembers (least recently used forgotten first)
 _FAILURE_COUNTERS = {"timeout": "timeouts", "error": "errors", "infra_error": "infra_errors"}  # status -> stat
 
 
@@ -145,7 +146,7 @@ class VerifierPool:
         except TypeError as e:
             self.scheduler.close()
             raise TypeError(f"the verifier must be picklable to reach the worker processes: {e.__cause__}") from e
-        self._cache: dict[Pair, Score] = {}
+        self._cache: OrderedDict[Pair, Score] = OrderedDict()  # the latest CACHE_ENTRIES verdicts
         self._stats = dict.fromkeys(("quick", "cached", "dispatched", "timeouts", "errors", "infra_errors"), 0)
 
     def __enter__(self) -> VerifierPool:
@@ -233,7 +234,7 @@ class VerifierPool:
             job.scores = self._verdicts(self.scheduler.wait(job.id), len(job.checks))
             for (completion, gold), score in zip(job.checks, job.scores):
                 if score.status != "infra_error":  # an infrastructure failure may pass on a later try
-                    self._cache[(gold, completion)] = score
+                    self._remember((gold, completion), score)
         job.waiting -= 1
         if not job.waiting:
             live.discard(job)
@@ -241,6 +242,14 @@ class VerifierPool:
                 if running.get((gold, completion)) == (job, i):
                     del running[(gold, completion)]
         return job.scores[index]
+
+    def _remember(self, pair: Pair, score: Score) -> None:
+        """Cache a verdict, forgetting the least recently used beyond CACHE_ENTRIES (a run of thousands of rounds
+        verifies millions of completions: a cache of them all would grow with the run)."""
+        self._cache[pair] = score
+        self._cache.move_to_end(pair)
+        if len(self._cache) > CACHE_ENTRIES:
+            self._cache.popitem(last=False)
 
     def _check_open(self) -> None:
         """Refuse work once the pool is closed."""
@@ -254,6 +263,7 @@ class VerifierPool:
             return _failure("error", f"input longer than max_input_chars={self.max_input_chars}")
         cached = self._cache.get((gold, completion))
         if cached is not None:
+            self._cache.move_to_end((gold, completion))
             self._stats["cached"] += 1
             return cached
         try:
