@@ -5,7 +5,7 @@
     # another configuration: its run first, then the same --env (tasks and SFT policy from --project)
     kedro run --pipeline=rlvr --env code_repair && python benchmarks/async_rounds.py --env code_repair
 
-Each variant is a fresh process running `kedro run --pipelines=rl` (Kedro's sequential runner) in a
+Each variant is a fresh process running `kedro run --pipelines=rl` (the round loop, `RoundLoopRunner`) in a
 scratch copy of this project's configuration and its curated tasks and SFT policy, alternating
 `--repeats` times so a busy machine slows all alike. The time of a run is from the end of
 `round_000`'s rollout to the end of its last round node (the last update, or a round's stats that

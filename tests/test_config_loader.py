@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import yaml
+
 from rlvr_factory.config_loader import ConfigLoader
 from tests.pipelines.conftest import PROJECT_ROOT
 
@@ -38,3 +40,33 @@ def test_an_environment_changes_single_keys_of_base_blocks_and_replaces_the_doma
     assert (params["rl"]["rounds"], params["rl"]["update"]["lr"], params["rl"]["update"]["clip_low"]) == (2, 0.5, 0.3)
     assert params["domain"] == {"name": "reasoning_gym"}
     assert params["sft"]["num_examples"] == 3
+
+
+def _leaves(block: dict, path: tuple = ()):
+    for key, value in block.items():
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, (*path, key))
+        else:
+            yield (*path, key), value
+
+
+def _at(block: dict, path: tuple):
+    for key in path:
+        if not isinstance(block, dict) or key not in block:
+            return KeyError  # not set anywhere: no default to restate
+        block = block[key]
+    return block
+
+
+def test_no_environment_restates_a_default_it_only_changes_values():
+    # each default lives in one place: conf/base (or rlvr_factory.parameters under it); an environment that
+    # copies one would keep the old value when the default changes. The domain block is replaced whole.
+    base = ConfigLoader(str(PROJECT_ROOT / "conf"), env="base", base_env="base", default_run_env="base")["parameters"]
+    restated = [
+        f"{path.relative_to(PROJECT_ROOT)}: {'.'.join(map(str, key))} = {value!r}"
+        for env in sorted(p for p in (PROJECT_ROOT / "conf").iterdir() if p.is_dir() and p.name not in ("base", "local"))
+        for path in sorted(env.glob("**/parameters*.yml"))
+        for key, value in _leaves(yaml.safe_load(path.read_text()) or {})
+        if key[0] != "domain" and _at(base, key) == value
+    ]
+    assert not restated, "environments restate defaults (delete these keys):\n" + "\n".join(restated)

@@ -69,9 +69,10 @@ def tracking_uri(project: Path) -> str:
     return f"sqlite:///{project}/mlruns/mlflow.db"
 
 
-def run_pipeline(project: Path, params: dict, pipeline: str = "rlvr", env: str | None = None, hooks: tuple = ()) -> None:
-    """`kedro run --pipeline=<pipeline> [--env=<env>]` through a KedroSession, inside `project`; `hooks`
-    are registered with the session's hook manager beside the project's."""
+def run_pipeline(project: Path, params: dict, pipeline: str = "rlvr", env: str | None = None, hooks: tuple = (),
+                 from_nodes: list[str] | None = None) -> None:
+    """`kedro run --pipeline=<pipeline> [--env=<env>] [--from-nodes=...]` through a KedroSession, inside `project`;
+    `hooks` are registered with the session's hook manager beside the project's."""
     cwd = os.getcwd()
     old_uri = os.environ.get("MLFLOW_TRACKING_URI")
     os.environ["MLFLOW_TRACKING_URI"] = tracking_uri(project)
@@ -81,7 +82,7 @@ def run_pipeline(project: Path, params: dict, pipeline: str = "rlvr", env: str |
         with KedroSession.create(project_path=project, env=env, runtime_params=params) as session:
             for hook in hooks:
                 session._hook_manager.register(hook)
-            session.run(pipeline_names=[pipeline], runner=RoundLoopRunner())
+            session.run(pipeline_names=[pipeline], runner=RoundLoopRunner(), from_nodes=from_nodes)
     finally:
         # kedro-mlflow ends its run in the store, but MLflow's fluent API can still hold it
         # as active in this process; clear it so the next in-process run starts its own.

@@ -71,3 +71,13 @@ def test_a_300_round_run_killed_after_a_checkpoint_resumes_to_the_metrics_of_an_
     assert (project / history).read_bytes() == (reference / history).read_bytes()
     final = [AutoModelForCausalLM.from_pretrained(p / "data/06_models/rl_policy").state_dict() for p in (project, reference)]
     assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
+
+
+@pytest.mark.parametrize("from_nodes, runtime, message", [
+    (["round.verify"], {}, "keeps only part of the RL round"),  # a filter that would run half of every round
+    (["round.rollout"], {}, "round 0 starts from the policy initial_policy makes"),  # resuming needs rl.resume_from
+])
+def test_the_round_loop_refuses_a_run_it_cannot_run_whole(tmp_path, from_nodes, runtime, message):
+    project = make_project(tmp_path)
+    with pytest.raises(ValueError, match=message):
+        run_pipeline(project, merged(copy.deepcopy(TINY_PARAMS), runtime), pipeline="rl", from_nodes=from_nodes)

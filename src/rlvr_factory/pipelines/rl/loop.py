@@ -43,6 +43,11 @@ def _round_of(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def _shape(catalog: CatalogProtocol) -> RLShape:
+    """The run's `RLShape`, from the parameters in the catalog."""
+    return RLShape.from_parameters({"rl": catalog.load("params:rl"), "rollout": catalog.load("params:rollout")})
+
+
 class RoundLoopRunner(SequentialRunner):
     """Kedro's `SequentialRunner`, with the declared RL round run `rl.rounds` times (module docstring).
 
@@ -51,13 +56,19 @@ class RoundLoopRunner(SequentialRunner):
     declared round's first node stands.
     """
 
+    def run(self, pipeline: Pipeline, catalog: CatalogProtocol, hook_manager: PluginManager | None = None,
+            run_id: str | None = None, only_missing_outputs: bool = False) -> dict:
+        declared = [n for n in pipeline.nodes if n.namespace == ROUND]
+        if declared:  # before Kedro checks the pipeline's inputs: a cut round misses some, and this says why
+            self._check_declared(pipeline, declared, _shape(catalog))
+        return super().run(pipeline, catalog, hook_manager, run_id, only_missing_outputs)
+
     def _run(self, pipeline: Pipeline, catalog: CatalogProtocol, hook_manager: PluginManager | None = None,
              run_id: str | None = None) -> None:
         declared = [n for n in pipeline.nodes if n.namespace == ROUND]
         if not declared:
             return super()._run(pipeline, catalog, hook_manager, run_id)
-        shape = RLShape.from_parameters({"rl": catalog.load("params:rl"), "rollout": catalog.load("params:rollout")})
-        self._check_declared(pipeline, declared, shape)
+        shape = _shape(catalog)
         load_counts = Counter(chain.from_iterable(n.inputs for n in pipeline.nodes))
         done: list[Node] = []
         for node in pipeline.nodes:
@@ -98,7 +109,8 @@ class RoundLoopRunner(SequentialRunner):
         pending_reads: Counter[str] = Counter()
         start = shape.resume_from
         if start:
-            log.info("resuming at round %d from %s", start, round_block(start, shape, plans).inputs())
+            kept = sorted(i for i in round_block(start, shape, plans).inputs() if _round_of(i) is not None)
+            log.info("resuming at round %d from %s", start, ", ".join(kept))
         for k in range(start, shape.rounds):
             block = round_block(k, shape, plans)
             for name in block.datasets():  # as Kedro's runner does for the whole pipeline before it runs

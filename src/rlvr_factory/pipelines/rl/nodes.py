@@ -251,7 +251,7 @@ def update(
         update["engine_is_correction"] = True
     config = UpdateConfig(**update, seed=seed)
     episodes = RolloutConfig.from_params(rollout)
-    # beside a rollout running ahead, on the cores it leaves; else on all (a rule of the DAG, not of timing)
+    # beside a rollout running ahead, on the cores it leaves; else on all (a rule of the round's wiring, not of timing)
     with sharing_cores(episodes.background_threads) as trainer_threads:
         stats = rl_update(policy, samples, config, reference.model if reference else None)
     update_seconds = time.perf_counter() - start
