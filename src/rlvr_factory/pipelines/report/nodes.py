@@ -62,14 +62,12 @@ def summarize(eval_report: dict, sft_validation: dict) -> dict:
 def sample_rollouts(report: dict, scored_rounds: dict, rl: dict) -> list[dict]:
     """`report.rollout_sample.per_round` seeded rollouts of every round, with their rewards."""
     sample = report["rollout_sample"]
-    rows = [
-        scored.sample(n=min(sample["per_round"], len(scored)), random_state=sample["seed"]).sort_values(
-            ["task_id", "sample_index"]
-        )
-        for scored in each_round(scored_rounds, rl["rounds"], "scored rollouts")
-    ]
-    frame = pd.concat(rows, ignore_index=True)[SAMPLE_COLUMNS]
-    return frame.astype({"round": int, "reward": float, "correct": bool}).to_dict(orient="records")
+    rows: list[dict] = []
+    for scored in each_round(scored_rounds, rl["rounds"], "scored rollouts"):  # one round's file at a time
+        drawn = scored.sample(n=min(sample["per_round"], len(scored)), random_state=sample["seed"])
+        drawn = drawn.sort_values(["task_id", "sample_index"])[SAMPLE_COLUMNS]
+        rows += drawn.astype({"round": int, "reward": float, "correct": bool}).to_dict(orient="records")
+    return rows
 
 
 def record_run(eval_report: dict, round_history: list[dict]) -> None:
