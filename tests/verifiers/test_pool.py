@@ -231,6 +231,7 @@ def test_a_pair_seen_before_is_served_from_the_cache(pool):
 
 def test_the_cache_keeps_the_latest_verdicts_only_so_a_long_run_does_not_grow_it(pool, monkeypatch):
     monkeypatch.setattr(pool_module, "CACHE_ENTRIES", 2)
+    pool._cache.clear()  # the pool is shared with earlier tests: start from an empty cache
     pool.score_many([("ok:c1", "c"), ("ok:c2", "c"), ("ok:c3", "c")])
     assert len(pool._cache) == 2
     before = pool.stats
