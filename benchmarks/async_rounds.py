@@ -66,6 +66,7 @@ from kedro.framework.hooks import hook_impl
 from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
+from rlvr_factory.config_loader import data_root
 from rlvr_factory.pipelines.rl.loop import RoundLoopRunner
 
 class Timer:
@@ -88,7 +89,7 @@ def main():
     rounds = int(params["rl"]["rounds"])
     # to the last round node's end: the last update, or a round's stats finished after it (validation ahead)
     first, last = timer.end["round_000.rollout"], max(e for n, e in timer.end.items() if n.startswith("round_"))
-    history = json.loads((project / "data/08_reporting/round_history.json").read_text())
+    history = json.loads((project / data_root(env) / "08_reporting/round_history.json").read_text())
     phases = {}
     for name, end in timer.end.items():
         if name.startswith("round_") and name != "round_000.rollout":  # in the window, as `seconds`
@@ -117,12 +118,17 @@ def nested(flat: dict[str, str]) -> dict:
     return out
 
 
-def scratch_project(source: Path, where: Path) -> Path:
-    """This checkout's conf/ and pyproject.toml with the curated tasks and the SFT policy of `source`, in a fresh project."""
-    needed = [source / "data/05_model_input", source / "data/06_models/sft_policy"]
+def scratch_project(source: Path, where: Path, env: str) -> Path:
+    """This checkout's conf/ and pyproject.toml with the curated tasks and the SFT policy `source` made under `env`
+    (in its data folder: data/, or data/envs/ENV), in a fresh project."""
+    from rlvr_factory.config_loader import data_root
+
+    data = data_root(env)
+    needed = [source / data / "05_model_input", source / data / "06_models/sft_policy"]
     missing = [str(p) for p in needed if not p.exists()]
     if missing:
-        sys.exit(f"async_rounds: {', '.join(missing)} missing; run `kedro run --pipelines=rlvr` in {source} first")
+        sys.exit(f"async_rounds: {', '.join(missing)} missing; run `kedro run --pipelines=rlvr"
+                 f"{'' if data == 'data' else ' --env ' + env}` in {source} first")
     shutil.copytree(ROOT / "conf", where / "conf")
     shutil.copy(ROOT / "pyproject.toml", where / "pyproject.toml")
     (where / "src").mkdir()
@@ -154,7 +160,8 @@ def main() -> None:
         for repeat in range(args.repeats):
             for name in results:
                 overrides = variants[name]
-                project = scratch_project(args.project, Path(tmp) / f"{repeat}_{len(results[name])}_{name[:5]}")
+                project = scratch_project(args.project, Path(tmp) / f"{repeat}_{len(results[name])}_{name[:5]}",
+                                          args.env)
                 params = nested({"rl.rounds": str(args.rounds), "rl.checkpoint_every": "0", **extra, **overrides})
                 env["MLFLOW_TRACKING_URI"] = f"sqlite:///{project}/mlruns/mlflow.db"
                 done = subprocess.run([sys.executable, "-c", CHILD, str(project), json.dumps(params), args.env], cwd=project,

@@ -17,8 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
-from kedro.config import OmegaConfigLoader
 
+from rlvr_factory.config_loader import ConfigLoader
 from rlvr_factory.domains import get_domain, tasks_from_frame
 from rlvr_factory.models.policy import load_policy
 from rlvr_factory.rollout.hf import SamplingConfig, generate
@@ -57,7 +57,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     args = parser.parse_args()
-    params = OmegaConfigLoader(str(args.project / "conf"), base_env="base", default_run_env="local")["parameters"]
+    params = ConfigLoader(str(args.project / "conf"), base_env="base", default_run_env="local")["parameters"]
     domain = get_domain(params["domain"])
     frame = pd.read_parquet(args.project / "data/05_model_input/validation_tasks.parquet")
     tasks = [t for d, g in frame.groupby("domain", sort=True) for t in tasks_from_frame(g.head(args.tasks))]

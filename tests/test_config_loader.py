@@ -70,3 +70,33 @@ def test_no_environment_restates_a_default_it_only_changes_values():
         if key[0] != "domain" and _at(base, key) == value
     ]
     assert not restated, "environments restate defaults (delete these keys):\n" + "\n".join(restated)
+
+
+def _paths(tree) -> list[str]:
+    """Every `filepath`/`path` in a (nested) catalog entry."""
+    if isinstance(tree, dict):
+        return [v for k, v in tree.items() if k in ("filepath", "path") and isinstance(v, str)] + [
+            p for v in tree.values() for p in _paths(v)]
+    return []
+
+
+def catalog_paths(env: str | None) -> dict[str, list[str]]:
+    loader = ConfigLoader(str(PROJECT_ROOT / "conf"), env=env, base_env="base", default_run_env="local")
+    return {name: _paths(entry) for name, entry in loader["catalog"].items()}
+
+
+def test_each_environment_writes_its_own_data_folder_and_the_default_run_keeps_data():
+    shared = {"flywheel_interactions"}  # the logged traffic every configuration ingests; only read
+    for env in sorted(p.name for p in (PROJECT_ROOT / "conf").iterdir() if p.is_dir() and p.name not in ("base", "local")):
+        paths = catalog_paths(env)
+        assert sum(map(len, paths.values())) > 30, env
+        for name, found in paths.items():
+            for path in found:
+                assert path.startswith("data/" if name in shared else f"data/envs/{env}/"), (env, name, path)
+        params = parameters(env, {})
+        assert params["dpo"]["checkpoint_dir"].startswith(f"data/envs/{env}/")
+        assert params["reward_model"]["checkpoint_dir"].startswith(f"data/envs/{env}/")
+    for env in (None, "local", "base"):
+        for name, found in catalog_paths(env).items():
+            assert all(p.startswith("data/0") for p in found), (env, name, found)
+        assert parameters(env, {})["dpo"]["checkpoint_dir"] == "data/06_models/checkpoints/dpo"

@@ -148,3 +148,25 @@ def test_kedro_run_with_a_bad_value_fails_in_seconds_before_any_node_runs():
     assert "rl.samples_per_prompt (--params): must be >= 1, got 0" in run.stderr + run.stdout
     assert "Running node" not in run.stderr + run.stdout
     assert seconds < 120, seconds  # start-up only (generous: the machine is shared)
+
+
+def test_the_episode_budget_is_one_key_passed_to_every_domain_that_counts_turns():
+    # rollout.max_turns is the loop's budget and the environment's own: code_repair's episodes
+    # judge the last edit at the same turn the loop stops at, whatever --params changes.
+    repair = parameters("code_repair", {"rollout": {"max_turns": 3}})
+    assert repair["domain"]["max_turns"] == repair["rollout"]["max_turns"] == 3
+    assert parameters("cad")["domain"]["max_turns"] == parameters("cad")["rollout"]["max_turns"] == 1
+    assert "max_turns" not in parameters()["domain"]  # arithmetic's constructor takes none
+    mix = resolve({"rollout": {"max_turns": 2}, "domain": {"name": "mix", "domains": {
+        "arithmetic": {}, "repair": {"name": "code_repair", "sources": ["builtin"]}}}})
+    assert mix["domain"]["domains"]["repair"]["max_turns"] == 2 and "max_turns" not in mix["domain"]["domains"]["arithmetic"]
+
+
+@pytest.mark.parametrize("domain, key", [
+    ({"name": "code_repair", "max_turns": 3}, "domain.max_turns"),
+    ({"name": "mix", "domains": {"cad": {"max_turns": 2}}}, "domain.domains.cad.max_turns"),
+])
+def test_a_domain_block_that_sets_its_own_turn_budget_is_refused_naming_the_one_key(domain, key):
+    with pytest.raises(ConfigError, match="set rollout.max_turns") as e:
+        resolve({"domain": domain})
+    assert e.value.key == key

@@ -7,6 +7,10 @@ becomes an environment block that replaces base's. Here an environment's blocks 
 key by key, except the blocks in `REPLACED` (a `domain` block names another domain, whose keys
 differ), which replace base's whole; the runtime parameters are merged into the result last.
 
+Each environment's data has a place of its own: the catalog's paths start with `${data_root:}`, which
+is `data` for the default run (base, local) and `data/envs/ENV` under `--env ENV`, so a run of another
+configuration never rewrites the default run's files (the committed results among them).
+
 The merged parameters are then checked against the typed tree (`rlvr_factory.parameters`) and
 returned with every default filled in: an unknown key, or a value of the wrong type or range,
 fails here, when the session first reads its parameters, naming the key and the file that set it.
@@ -23,7 +27,12 @@ from omegaconf import OmegaConf
 from rlvr_factory.parameters import resolve
 from rlvr_factory.schema import ConfigError
 
+DATA = "data"  # the default run's data layers; other environments' lie in DATA/envs/ENV
 REPLACED = ("domain",)  # parameter blocks an environment replaces whole instead of key by key
+
+
+if not OmegaConf.has_resolver("data_root"):  # a plain OmegaConfigLoader on conf/ reads the default run's
+    OmegaConf.register_resolver("data_root", lambda: DATA)
 
 
 class ConfigLoader(OmegaConfigLoader):
@@ -40,6 +49,14 @@ class ConfigLoader(OmegaConfigLoader):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         ConfigLoader.latest = self
+        # Registered per loader (Kedro registers a custom resolver only once per process): the
+        # catalog this loader reads resolves to its own environment's place.
+        OmegaConf.register_resolver("data_root", lambda: self.data_root, replace=True)
+
+    @property
+    def data_root(self) -> str:
+        """Where this environment's data layers lie: `data` for the default run, `data/envs/ENV` otherwise."""
+        return data_root(self.env or self.default_run_env, (self.base_env, self.default_run_env))
 
     def __getitem__(self, key: str) -> dict[str, Any]:
         if key != "parameters" or key in self:
@@ -82,6 +99,11 @@ class ConfigLoader(OmegaConfigLoader):
             return layer["parameters"]
         except MissingConfigException:  # an environment without parameter files adds nothing
             return {}
+
+
+def data_root(env: str | None, default_envs: tuple[str | None, ...] = ("base", "local")) -> str:
+    """The data folder of the configuration environment `env` (`data`, or `data/envs/ENV` for any but the defaults)."""
+    return DATA if env in (None, *default_envs) else f"{DATA}/envs/{env}"
 
 
 def _holds(tree: Mapping[str, Any], key: str) -> bool:

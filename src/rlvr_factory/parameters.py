@@ -264,4 +264,27 @@ def resolve(params: Mapping[str, Any]) -> dict[str, Any]:
             budget = (rl.get("sampling") or {}).get("max_new_tokens", SamplingConfig.max_new_tokens)
             params["rl"] = {**rl, "update": {**update, "overlong_max_length": budget}}
     check_domain(params.get("domain") or {"name": "arithmetic"})
-    return to_dict(parse(Parameters, params))
+    resolved = to_dict(parse(Parameters, params))
+    resolved["domain"] = with_loop_turns(resolved["domain"], resolved["rollout"]["max_turns"])
+    return resolved
+
+
+def with_loop_turns(domain: Mapping[str, Any], turns: int, key: str = "domain", named: bool = True) -> dict[str, Any]:
+    """The domain block with the episode budget `turns` (`rollout.max_turns`) passed to every domain
+    whose constructor takes `max_turns` (code_repair, cad; a mix's members too): one key sets the
+    loop's budget and the environment's own, so the two cannot disagree. The domain block may not set it."""
+    domain = dict(domain)
+    if "max_turns" in domain:
+        raise ConfigError(f"{key}.max_turns", "the episode budget is one key for the loop and the environment: "
+                          f"set rollout.max_turns (it is passed to the domain), not {key}.max_turns")
+    try:
+        factory = domain_factory(domain.get("name"))
+    except ValueError as e:
+        raise ConfigError(f"{key}.name", str(e)) from e
+    if getattr(factory, "name", None) == "mix" and isinstance(domain.get("domains"), Mapping):  # each member's block
+        domain["domains"] = {
+            member: with_loop_turns({"name": member, **block}, turns, f"{key}.domains.{member}", "name" in block)
+            if isinstance(block, Mapping) else block for member, block in domain["domains"].items()}
+    if "max_turns" in inspect.signature(factory).parameters:
+        domain["max_turns"] = turns
+    return domain if named else {k: v for k, v in domain.items() if k != "name"}

@@ -96,9 +96,20 @@ def test_hold_back_names_the_group_and_what_paid():
     assert not kept and all("prefix" in why for _, why in held)
 
 
-def rlvr(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rlvr_factory.console", "audit", *args], cwd=ROOT,
+def rlvr(*args: str, cwd: str = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rlvr_factory.console", "audit", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=600)
+
+
+def test_an_environments_report_goes_to_its_own_data_folder_as_kedro_run_writes_it(tmp_path):
+    shutil.copytree(os.path.join(ROOT, "conf"), tmp_path / "conf")
+    shutil.copy(os.path.join(ROOT, "pyproject.toml"), tmp_path)
+    (tmp_path / "src").mkdir()
+    done = rlvr("--env", "agentic", "--tasks", "1", cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    written = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "data").rglob("*") if p.is_file())
+    assert written == ["data/envs/agentic/08_reporting/reward_audit.json", "data/envs/agentic/08_reporting/reward_audit.png"]
+    assert [r["group"] for r in json.loads((tmp_path / written[0]).read_text())["results"]] == ["arithmetic"]
 
 
 def test_the_command_exits_1_on_a_failing_domain_0_on_a_passing_one_and_writes_the_report(tmp_path):

@@ -119,8 +119,8 @@ def test_the_embedded_default_trains_on_code_end_to_end(tmp_path):
 
     project = make_project(tmp_path)
     run_pipeline(project, {k: v for k, v in TINY_PARAMS.items() if k != "domain"}, env="code")
-    scored = pd.read_parquet(project / "data/07_model_output/scored/round_001.parquet")
+    scored = pd.read_parquet(project / "data/envs/code/07_model_output/scored/round_001.parquet")
     assert len(scored) == 16 and set(scored["status"]) <= {"ok", "timeout"}
     assert {"outcome", "process", "hack_suspected"} <= set(json.loads(scored["reward_breakdown"].iloc[0]))
-    report = json.loads((project / "data/08_reporting/rl_eval.json").read_text())
+    report = json.loads((project / "data/envs/code/08_reporting/rl_eval.json").read_text())
     assert report["num_tasks"] == 8.0

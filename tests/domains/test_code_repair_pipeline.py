@@ -30,11 +30,11 @@ def repair_run(tmp_path_factory):
 
 
 def test_tasks_are_mutants_split_by_program_and_episodes_are_judged_by_the_held_out_tests(repair_run):
-    tasks = pd.read_parquet(repair_run / "data/03_primary/tasks.parquet")
+    tasks = pd.read_parquet(repair_run / "data/envs/code_repair/03_primary/tasks.parquet")
     assert set(tasks["domain"]) == {"code_repair"} and set(tasks["split"]) == {"train", "validation", "test"}
     programs = tasks.assign(program=[json.loads(r)["program"] for r in tasks["reference"]])
     assert programs.groupby("program")["split"].nunique().max() == 1
-    scored = pd.concat(pd.read_parquet(p) for p in (repair_run / "data/07_model_output/scored").glob("*.parquet"))
+    scored = pd.concat(pd.read_parquet(p) for p in (repair_run / "data/envs/code_repair/07_model_output/scored").glob("*.parquet"))
     assert set(scored["status"]) <= {"ok", "timeout"} and set(scored["num_turns"]) <= {1, 2}
     breakdowns = [json.loads(b) for b in scored["reward_breakdown"]]
     assert all(b["edits"] >= 1 for b in breakdowns)  # every episode's actions reached its environment
@@ -54,10 +54,10 @@ def test_round_metrics_show_time_generating_and_in_environments_and_sandbox_rest
 
 
 def test_the_report_has_both_policies_repair_rates_by_turns_and_mutation_kind(repair_run):
-    report = json.loads((repair_run / "data/08_reporting/metrics.json").read_text())
+    report = json.loads((repair_run / "data/envs/code_repair/08_reporting/metrics.json").read_text())
     for stage in ("sft", "rl"):
         rates = report[stage]
         assert 0.0 <= rates["repair@1turn"] <= 1.0 and rates["repair@2turns"] == rates["greedy_accuracy"]
         assert any(key.startswith("repair@1turn/kind_") for key in rates)
-    summary = json.loads((repair_run / "data/08_reporting/summary.json").read_text())
+    summary = json.loads((repair_run / "data/envs/code_repair/08_reporting/summary.json").read_text())
     assert set(summary["repair"]) == {"1turn", "2turns"}

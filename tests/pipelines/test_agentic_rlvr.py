@@ -20,7 +20,7 @@ def agentic_run(tmp_path_factory):
 
 
 def test_sft_shows_the_tool_in_some_demonstrations(agentic_run):
-    examples = pd.read_parquet(agentic_run / "data/04_feature/sft_examples.parquet")
+    examples = pd.read_parquet(agentic_run / "data/envs/agentic/04_feature/sft_examples.parquet")
     tool = examples[examples["tool"]]
     assert 0 < len(tool) < len(examples) / 4
     turns = json.loads(tool.iloc[0]["turns"])
@@ -28,7 +28,7 @@ def test_sft_shows_the_tool_in_some_demonstrations(agentic_run):
 
 
 def test_rollouts_are_trajectories_with_masks_turns_and_outcomes(agentic_run):
-    scored = pd.read_parquet(agentic_run / "data/07_model_output/scored/round_000.parquet")
+    scored = pd.read_parquet(agentic_run / "data/envs/agentic/07_model_output/scored/round_000.parquet")
     for row in scored.itertuples():
         assert len(row.loss_mask) == len(row.completion_ids) == len(row.logprobs)
         turns = json.loads(row.turns)
@@ -39,7 +39,7 @@ def test_rollouts_are_trajectories_with_masks_turns_and_outcomes(agentic_run):
 
 
 def test_rounds_and_the_report_carry_the_episode_metrics(agentic_run):
-    report = json.loads((agentic_run / "data/08_reporting/metrics.json").read_text())
+    report = json.loads((agentic_run / "data/envs/agentic/08_reporting/metrics.json").read_text())
     for round_stats in report["round_history"]:
         for key in ("turns_per_episode", "tool_calls_per_episode", "tool_errors_per_episode", "ended_by_budget_fraction",
                     "episodes_fraction/turns_1", "reward_mean", "pass_rate", "val_greedy_accuracy", "kl", "entropy"):
@@ -53,5 +53,15 @@ def test_rounds_and_the_report_carry_the_episode_metrics(agentic_run):
 def test_the_agentic_run_is_deterministic(agentic_run, tmp_path):
     again = make_project(tmp_path)
     run_pipeline(again, TINY_PARAMS, env="agentic")
-    assert (again / "data/08_reporting/metrics.json").read_bytes() == (
-        agentic_run / "data/08_reporting/metrics.json").read_bytes()
+    assert (again / "data/envs/agentic/08_reporting/metrics.json").read_bytes() == (
+        agentic_run / "data/envs/agentic/08_reporting/metrics.json").read_bytes()
+
+
+def test_the_run_writes_its_own_data_folder_and_nothing_of_the_default_runs(agentic_run):
+    # `--env agentic` must not rewrite the default run's files (data/08_reporting/metrics.json is
+    # committed): every file it writes lies in data/envs/agentic, but the base-model cache, which is
+    # keyed by the model's fingerprint and shared by every configuration.
+    written = [p.relative_to(agentic_run / "data") for p in (agentic_run / "data").rglob("*") if p.is_file()]
+    assert any(p.parts[:2] == ("envs", "agentic") for p in written)
+    elsewhere = [str(p) for p in written if p.parts[:2] != ("envs", "agentic") and p.parts[:2] != ("06_models", "base")]
+    assert not elsewhere, elsewhere

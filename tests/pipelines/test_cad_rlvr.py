@@ -27,10 +27,10 @@ def cad_run(tmp_path_factory):
 
 
 def test_every_completion_is_built_and_gets_a_cad_status(cad_run):
-    tasks = pd.read_parquet(cad_run / "data/03_primary/tasks.parquet")
+    tasks = pd.read_parquet(cad_run / "data/envs/cad/03_primary/tasks.parquet")
     assert set(tasks["domain"]) == {"cad"} and tasks.groupby("split").size().to_dict() == {
         "test": 6, "train": 60, "validation": 6}
-    scored = pd.concat(pd.read_parquet(p) for p in (cad_run / "data/07_model_output/scored").glob("*.parquet"))
+    scored = pd.concat(pd.read_parquet(p) for p in (cad_run / "data/envs/cad/07_model_output/scored").glob("*.parquet"))
     statuses = {json.loads(b)["cad_status"] for b in scored["reward_breakdown"]}
     assert statuses and statuses <= {"built", "no_program", "parse_error", "empty", "degenerate", "too_large",
                                      "extra_pieces", "build_error"}
@@ -38,7 +38,7 @@ def test_every_completion_is_built_and_gets_a_cad_status(cad_run):
 
 
 def test_the_report_has_the_build_rate_and_iou_of_both_policies(cad_run):
-    report = json.loads((cad_run / "data/08_reporting/metrics.json").read_text())
+    report = json.loads((cad_run / "data/envs/cad/08_reporting/metrics.json").read_text())
     for stage in ("sft", "rl"):
         assert 0.0 <= report[stage]["greedy_builds"] <= 1.0 and 0.0 <= report[stage]["greedy_iou"] <= 1.0
         assert {f"greedy_iou/difficulty_{d}" for d in (1, 2, 3)} <= set(report[stage])
@@ -49,7 +49,7 @@ def test_the_report_has_the_build_rate_and_iou_of_both_policies(cad_run):
 
 
 def test_pictures_of_target_and_built_part_land_in_reporting_and_mlflow(cad_run):
-    pictures = sorted(p.name for p in (cad_run / "data/08_reporting/part_views").glob("*.png"))
+    pictures = sorted(p.name for p in (cad_run / "data/envs/cad/08_reporting/part_views").glob("*.png"))
     assert [p[:9] for p in pictures] == ["round_000"] * 2 + ["round_001"] * 2
     client = MlflowClient(tracking_uri=tracking_uri(cad_run))
     (run,) = client.search_runs([client.get_experiment_by_name("rlvr_factory").experiment_id])

@@ -32,17 +32,17 @@ def mixed_run(tmp_path_factory):
 
 
 def test_tasks_of_both_domains_flow_through_curation_rollouts_and_evaluation(mixed_run):
-    tasks = pd.read_parquet(mixed_run / "data/03_primary/tasks.parquet")
+    tasks = pd.read_parquet(mixed_run / "data/envs/mixed/03_primary/tasks.parquet")
     assert tasks.groupby(["domain", "split"]).size().to_dict() == {
         (d, s): n for d, (_, validation, test) in SPLITS.items()
         for s, n in (("train", MIXED_TRAIN[d]), ("validation", validation), ("test", test))}
     assert all(json.loads(r)["domain"] == d for r, d in zip(tasks["reference"], tasks["domain"]))
-    scored = pd.concat(pd.read_parquet(p) for p in (mixed_run / "data/07_model_output/scored").glob("*.parquet"))
+    scored = pd.concat(pd.read_parquet(p) for p in (mixed_run / "data/envs/mixed/07_model_output/scored").glob("*.parquet"))
     assert set(scored["status"]) <= {"ok", "timeout", "error"}
 
 
 def test_the_report_and_mlflow_have_metrics_per_domain(mixed_run):
-    report = json.loads((mixed_run / "data/08_reporting/metrics.json").read_text())
+    report = json.loads((mixed_run / "data/envs/mixed/08_reporting/metrics.json").read_text())
     for stage in ("sft", "rl"):
         for domain, (_, _, test) in SPLITS.items():
             assert report[stage][f"num_tasks/domain_{domain}"] == test

@@ -79,20 +79,20 @@ def test_dpo_writes_the_policy_and_compares_it_with_sft_on_the_test_split(projec
 
 
 def test_rl_on_the_learned_reward_logs_proxy_and_gold_every_round_and_plots_them(project):
-    scored = pd.read_parquet(project / "data/07_model_output/scored/round_000.parquet")
+    scored = pd.read_parquet(project / "data/envs/learned_reward/07_model_output/scored/round_000.parquet")
     breakdown = pd.DataFrame([json.loads(b) for b in scored["reward_breakdown"]])
     assert {"rm", "verifier", "weight.rm", "weight.verifier", "gold_correct"} <= set(breakdown.columns)
     assert (breakdown["weight.verifier"] == 0.0).all()
     assert scored["reward"].tolist() == pytest.approx(breakdown["rm"].tolist())
     assert scored["correct"].tolist() == breakdown["gold_correct"].astype(bool).tolist()
-    history = json.loads((project / "data/08_reporting/round_history.json").read_text())
+    history = json.loads((project / "data/envs/learned_reward/08_reporting/round_history.json").read_text())
     assert all({"proxy_reward_mean", "gold_accuracy", "gold_reward_mean"} <= set(r) for r in history)
-    curve = pd.read_csv(project / "data/08_reporting/plots/overoptimisation.csv")
+    curve = pd.read_csv(project / "data/envs/learned_reward/08_reporting/plots/overoptimisation.csv")
     assert curve["round"].tolist() == [0, 1]
     assert curve["proxy_reward_mean"].tolist() == pytest.approx([r["proxy_reward_mean"] for r in history], rel=1e-5)
-    summary = json.loads((project / "data/08_reporting/overoptimisation.json").read_text())
+    summary = json.loads((project / "data/envs/learned_reward/08_reporting/overoptimisation.json").read_text())
     assert summary["learned_reward"] == 1 and summary["rounds"] == 2 and summary["verdict"]
-    assert (project / "data/08_reporting/plots/overoptimisation.png").stat().st_size > 10_000
+    assert (project / "data/envs/learned_reward/08_reporting/plots/overoptimisation.png").stat().st_size > 10_000
     client, runs = _runs(project)
     assert [m.step for m in client.get_metric_history(runs[2].info.run_id, "rl.proxy_reward_mean")] == [0, 1]
 

@@ -6,7 +6,8 @@
     rlvr audit --domain code                     # a registered domain with its default parameters
 
 It prints one row per domain or family (attacks tried, paid, what paid), writes the JSON report (`--output`,
-default data/08_reporting/reward_audit.json) and its heatmap beside it (`.png`) and exits 1 when any domain or family pays an attack, so that a
+default data/08_reporting/reward_audit.json, data/envs/ENV/08_reporting/reward_audit.json under --env ENV,
+where `kedro run --env ENV` writes its own) and its heatmap beside it (`.png`) and exits 1 when any domain or family pays an attack, so that a
 long run can be gated on it; 2 for bad arguments.
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 
 import yaml
 
-DEFAULT_OUTPUT = "data/08_reporting/reward_audit.json"
+REPORT = "08_reporting/reward_audit.json"  # under the environment's data folder (config_loader.data_root)
 
 
 class AuditUsageError(Exception):
@@ -37,7 +38,8 @@ def add_parser(commands: Any) -> None:
     audit.add_argument("--params", default="", help="runtime parameters as `kedro run` takes them (a.b=1,c=x)")
     audit.add_argument("--tasks", type=int, default=None, help="tasks attacked per domain or family (default: curate.audit)")
     audit.add_argument("--workers", type=int, default=None, help="verifier workers (default: the configuration's)")
-    audit.add_argument("--output", default=DEFAULT_OUTPUT, help=f"the JSON report (default {DEFAULT_OUTPUT}); - for none")
+    audit.add_argument("--output", default=None, help=f"the JSON report (default data/{REPORT}, or data/envs/ENV/{REPORT} "
+                       "under --env ENV); - for none")
     audit.set_defaults(run=run)
 
 
@@ -106,6 +108,13 @@ def _resolved(params: dict[str, Any]) -> dict[str, Any]:
         raise AuditUsageError(str(e)) from None
 
 
+def default_output(env: str | None) -> str:
+    """Where the report goes without --output: the environment's own data folder, as `kedro run --env` writes it."""
+    from rlvr_factory.config_loader import data_root
+
+    return f"{data_root(env)}/{REPORT}"
+
+
 def run(args: argparse.Namespace) -> int:
     """Build the domain and its tasks, audit them, print the table, write the report; 1 if anything paid."""
     from rlvr_factory.audit import AuditConfig, audit, write_report
@@ -130,13 +139,14 @@ def run(args: argparse.Namespace) -> int:
         raise AuditUsageError("the domain has no valid tasks to attack")
     config = AuditConfig(**{**parameters["curate"]["audit"], **({"tasks_per_group": args.tasks} if args.tasks else {})})
     verify = {**parameters["verify"], **({"workers": args.workers} if args.workers else {})}
+    output = args.output or default_output(None if args.domain else args.env or os.environ.get("KEDRO_ENV"))
     report = audit(domain, tasks, verify, config)
     print(report.table())
-    if args.output != "-":
-        write_report(report, args.output)
-        picture = Path(args.output).with_suffix(".png")
+    if output != "-":
+        write_report(report, output)
+        picture = Path(output).with_suffix(".png")
         plot_reward_audit(report.to_json()).savefig(picture, dpi=100)
-        print(f"report: {args.output}, {picture}")
+        print(f"report: {output}, {picture}")
     return 1 if report.failing else 0
 
 

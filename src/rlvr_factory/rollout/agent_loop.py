@@ -52,7 +52,7 @@ class MultiTurnConfig:
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    max_turns: int = 1  # actions per episode at most
+    max_turns: int = 1  # actions per episode at most; also the environment's own budget (a domain taking max_turns is given it)
     max_context_tokens: int | Literal["auto"] | None = "auto"  # an episode ends before a turn that could exceed this many tokens; auto: the policy's positions (max_position_embeddings); null: no limit
     reuse_kv: bool = True  # continue each episode from its KV cache instead of recomputing its history
     engine: str = "transformers"  # transformers (`generate`) | vllm (one engine per run, weights pushed every round)
