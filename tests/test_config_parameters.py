@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -170,3 +171,50 @@ def test_a_domain_block_that_sets_its_own_turn_budget_is_refused_naming_the_one_
     with pytest.raises(ConfigError, match="set rollout.max_turns") as e:
         resolve({"domain": domain})
     assert e.value.key == key
+
+
+def _config_fields() -> dict[str, list[tuple[Any, bool]]]:
+    """Every field name of the parameter tree (and of the scheduler's settings): its defaults, and whether it is a block."""
+    import dataclasses
+    import typing
+
+    from rlvr_factory.scheduler import SchedulerSettings
+
+    found: dict[str, list[tuple[Any, bool]]] = {}
+
+    def walk(cls: type) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            block = dataclasses.is_dataclass(hints[f.name])
+            default = f.default if f.default is not dataclasses.MISSING else (
+                f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+            found.setdefault(f.name, []).append((default, block))
+            if block:
+                walk(hints[f.name])
+
+    walk(Parameters)
+    walk(SchedulerSettings)
+    return found
+
+
+def test_no_library_code_restates_a_default_with_get():
+    # `block.get("workers", 2)` keeps a second copy of a default that lives in a dataclass (and goes stale
+    # when the dataclass changes); `block.get("levels", {})` treats a missing block as empty. The
+    # parameters reach every node resolved, every key present: code indexes them, or parses a partial
+    # mapping into its dataclass (`schema.parse`), where the default is written once.
+    import ast
+
+    fields = _config_fields()
+    found = []
+    for path in sorted((PROJECT_ROOT / "src/rlvr_factory").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                    and len(node.args) == 2 and isinstance(node.args[0], ast.Constant) and node.args[0].value in fields):
+                continue
+            try:
+                given = ast.literal_eval(node.args[1])
+            except ValueError:
+                continue  # computed: not a copy of a default
+            if any(given == default or (block and given == {}) for default, block in fields[node.args[0].value]):
+                found.append(f"{path.relative_to(PROJECT_ROOT)}:{node.lineno}: .get({node.args[0].value!r}, {given!r})")
+    assert found == [], "\n".join(found)

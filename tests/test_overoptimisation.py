@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 
 import pandas as pd
 import pytest
@@ -18,7 +17,7 @@ def learned_history(proxy: list[float], gold: list[float]) -> list[dict]:
 
 
 def scored(rows: list[tuple[str, dict]]) -> pd.DataFrame:
-    return pd.DataFrame({"status": [s for s, _ in rows], "reward_breakdown": [json.dumps(b) for _, b in rows]})
+    return pd.DataFrame({"status": [s for s, _ in rows], "reward_breakdown": [b for _, b in rows]})
 
 
 def test_a_rounds_proxy_and_gold_come_from_its_usable_rollouts():

@@ -55,5 +55,5 @@ def test_batches_with_the_same_settings_share_one_pool_and_its_cache():
 
 
 def test_an_unknown_backend_is_refused_with_the_choices():
-    with pytest.raises(ValueError, match=r"unknown scheduler backend 'spark'; choose one of \('local', 'ray'\)"):
+    with pytest.raises(ValueError, match=r"scheduler.backend: must be one of 'local', 'ray', got 'spark'"):
         verify_batch(ScriptedDomain(), ["ok:1"], [{"answer": "1"}], {**VERIFY, "scheduler": {"backend": "spark"}})

@@ -10,7 +10,6 @@ Knows nothing about Kedro.
 
 from __future__ import annotations
 
-import json
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -24,7 +23,7 @@ def component_stats(scored: pd.DataFrame) -> dict[str, float]:
     model), `gold_reward_mean` and `gold_accuracy` (the verifier), `gold_ok_fraction` (samples the
     verifier could judge). Empty for a round whose reward has no learned component."""
     rows = scored[scored["status"] != EXCLUDED_STATUS]
-    breakdowns = [json.loads(b) for b in rows["reward_breakdown"]]
+    breakdowns = list(rows["reward_breakdown"])
     if not breakdowns or not all("rm" in b for b in breakdowns):
         return {}
     frame = pd.DataFrame(breakdowns)

@@ -27,7 +27,7 @@ from rlvr_factory.preferences.synthetic import SyntheticPairs
 from rlvr_factory.rollout.agent_loop import RolloutConfig
 from rlvr_factory.rollout.dynamic import DynamicSampling
 from rlvr_factory.rollout.engine import SamplingConfig
-from rlvr_factory.scheduler import RetryPolicy
+from rlvr_factory.scheduler import SchedulerConfig
 from rlvr_factory.schema import (
     ConfigError, Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Range, parse, to_dict,
     unknown_key,
@@ -136,21 +136,6 @@ class EvaluateConfig:
     k: PositiveInt = 8  # samples per task for pass@k
     validation_size: PositiveInt = 400  # validation tasks scored (greedy) after each round
     sampling: SamplingConfig = field(default_factory=SamplingConfig)  # evaluation sampling
-
-
-@dataclass(frozen=True)
-class RayConfig:
-    address: str = "local"  # local: start Ray here | auto: join the running cluster | ray://host:port
-    num_cpus: PositiveInt | None = None  # CPUs of a Ray started here (null: all)
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    backend: Literal["local", "ray"] = "local"  # local: worker processes on this machine | ray: Ray actors (pip install '.[ray]')
-    max_in_flight: PositiveInt | None = None  # jobs queued or running at most (null: 1024 per worker)
-    num_cpus: PositiveFloat | None = None  # CPUs the jobs running at once may need together (null: one per worker)
-    retry: RetryPolicy = field(default_factory=RetryPolicy)  # only infrastructure failures are retried
-    ray: RayConfig = field(default_factory=RayConfig)  # backend: ray only
 
 
 @dataclass(frozen=True)

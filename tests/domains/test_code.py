@@ -11,6 +11,7 @@ from rlvr_factory.domains import get_domain, tasks_from_frame, tasks_to_frame
 from rlvr_factory.domains.code import CodeDomain, read_rows, row_to_task
 from rlvr_factory.domains.code_tasks import BUILTIN_TASKS
 from rlvr_factory.verification import verify_batch
+from tests.pipelines.conftest import round_table
 from tests.sandbox.procs import needs_bwrap
 
 VERIFY = {"workers": 2, "timeout_seconds": 20.0, "max_input_chars": 100_000}
@@ -113,14 +114,12 @@ def test_the_pretraining_corpus_leaves_out_held_out_prompts():
 @needs_bwrap
 def test_the_embedded_default_trains_on_code_end_to_end(tmp_path):
     """`kedro run --env code`: curate, pre-train, SFT, RL rounds and evaluation on the built-in tasks."""
-    import pandas as pd
-
     from tests.pipelines.conftest import TINY_PARAMS, make_project, run_pipeline
 
     project = make_project(tmp_path)
     run_pipeline(project, {k: v for k, v in TINY_PARAMS.items() if k != "domain"}, env="code")
-    scored = pd.read_parquet(project / "data/envs/code/07_model_output/scored/round_001.parquet")
+    scored = round_table(project / "data/envs/code/07_model_output/scored/round_001.parquet")
     assert len(scored) == 16 and set(scored["status"]) <= {"ok", "timeout"}
-    assert {"outcome", "process", "hack_suspected"} <= set(json.loads(scored["reward_breakdown"].iloc[0]))
+    assert {"outcome", "process", "hack_suspected"} <= set(scored["reward_breakdown"].iloc[0])
     report = json.loads((project / "data/envs/code/08_reporting/rl_eval.json").read_text())
     assert report["num_tasks"] == 8.0

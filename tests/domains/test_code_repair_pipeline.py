@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
-from tests.pipelines.conftest import TINY_PARAMS, make_project, run_pipeline, tracking_uri
+from tests.pipelines.conftest import TINY_PARAMS, make_project, round_tables, run_pipeline, tracking_uri
 
 pytestmark = pytest.mark.slow
 
@@ -34,9 +34,9 @@ def test_tasks_are_mutants_split_by_program_and_episodes_are_judged_by_the_held_
     assert set(tasks["domain"]) == {"code_repair"} and set(tasks["split"]) == {"train", "validation", "test"}
     programs = tasks.assign(program=[json.loads(r)["program"] for r in tasks["reference"]])
     assert programs.groupby("program")["split"].nunique().max() == 1
-    scored = pd.concat(pd.read_parquet(p) for p in (repair_run / "data/envs/code_repair/07_model_output/scored").glob("*.parquet"))
+    scored = round_tables(repair_run / "data/envs/code_repair/07_model_output/scored")
     assert set(scored["status"]) <= {"ok", "timeout"} and set(scored["num_turns"]) <= {1, 2}
-    breakdowns = [json.loads(b) for b in scored["reward_breakdown"]]
+    breakdowns = list(scored["reward_breakdown"])
     assert all(b["edits"] >= 1 for b in breakdowns)  # every episode's actions reached its environment
     judged = [b for b in breakdowns if "unfinished" not in b]  # the loop cuts truncated actions short
     assert all(b["test_runs"] >= 1 and "process" in b for b in judged)  # the held-out tests judged the rest

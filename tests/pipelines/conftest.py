@@ -12,6 +12,7 @@ import yaml
 from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
+from rlvr_factory.datasets import RoundTableDataset
 from rlvr_factory.pipelines.rl.loop import RoundLoopRunner
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -63,6 +64,18 @@ def make_project(root: Path) -> Path:
     (root / "src").mkdir()  # Kedro checks the source dir exists; the package itself is installed
     (root / "mlruns").mkdir()
     return root
+
+
+def round_table(path: Path):
+    """A round's `rollouts` or `scored` table as the pipeline reads it (nested columns as lists and dicts)."""
+    return RoundTableDataset(str(path)).load()
+
+
+def round_tables(folder: Path):
+    """Every round's table in `folder`, in round order, as one frame."""
+    import pandas as pd
+
+    return pd.concat([round_table(p) for p in sorted(folder.glob("*.parquet"))], ignore_index=True)
 
 
 def tracking_uri(project: Path) -> str:

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from tests.pipelines.conftest import TINY_PARAMS, make_project, run_pipeline
+from tests.pipelines.conftest import TINY_PARAMS, make_project, round_table, run_pipeline
 
 pytestmark = pytest.mark.slow
 
@@ -28,10 +28,10 @@ def test_sft_shows_the_tool_in_some_demonstrations(agentic_run):
 
 
 def test_rollouts_are_trajectories_with_masks_turns_and_outcomes(agentic_run):
-    scored = pd.read_parquet(agentic_run / "data/envs/agentic/07_model_output/scored/round_000.parquet")
+    scored = round_table(agentic_run / "data/envs/agentic/07_model_output/scored/round_000.parquet")
     for row in scored.itertuples():
         assert len(row.loss_mask) == len(row.completion_ids) == len(row.logprobs)
-        turns = json.loads(row.turns)
+        turns = row.turns
         assert len(turns) == row.num_turns >= 1
         assert sum(t["action_tokens"] for t in turns) == sum(row.loss_mask) == row.completion_tokens
         assert row.finish_reason in ("done", "length", "max_turns", "max_tool_calls", "context_budget")

@@ -8,7 +8,6 @@ import copy
 import json
 import shutil
 
-import pandas as pd
 import pytest
 
 from kedro.framework.hooks import hook_impl
@@ -16,7 +15,7 @@ from kedro.pipeline import Pipeline
 
 from rlvr_factory.pipelines.rl.pipeline import RLShape, behaviour_rounds, deferred_validations, round_block, round_plans
 from rlvr_factory.schema import ConfigError
-from tests.pipelines.conftest import TINY_PARAMS, run_pipeline
+from tests.pipelines.conftest import TINY_PARAMS, round_table, run_pipeline
 from tests.pipelines.test_resume import before_rl  # noqa: F401  (the fixture: curate, base model and SFT run once)
 from tests.pipelines.test_rl_options import merged
 from tests.pipelines.test_rlvr_pipeline import _kedro_cli, _kill_once_written, _log_tail
@@ -94,7 +93,7 @@ def _params(rounds: int, checkpoint_every: int) -> dict:
 
 def _versions(project) -> list[int]:
     """The policy version each round's rollouts were sampled from."""
-    return [int(pd.read_parquet(project / f"data/07_model_output/scored/round_{k:03d}.parquet")["policy_version"].iloc[0])
+    return [int(round_table(project / f"data/07_model_output/scored/round_{k:03d}.parquet")["policy_version"].iloc[0])
             for k in range(len(json.loads((project / HISTORY).read_text())))]
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
-from tests.pipelines.conftest import TINY_PARAMS, make_project, run_pipeline, tracking_uri
+from tests.pipelines.conftest import TINY_PARAMS, make_project, round_tables, run_pipeline, tracking_uri
 
 pytestmark = pytest.mark.slow
 
@@ -30,8 +30,8 @@ def test_every_completion_is_built_and_gets_a_cad_status(cad_run):
     tasks = pd.read_parquet(cad_run / "data/envs/cad/03_primary/tasks.parquet")
     assert set(tasks["domain"]) == {"cad"} and tasks.groupby("split").size().to_dict() == {
         "test": 6, "train": 60, "validation": 6}
-    scored = pd.concat(pd.read_parquet(p) for p in (cad_run / "data/envs/cad/07_model_output/scored").glob("*.parquet"))
-    statuses = {json.loads(b)["cad_status"] for b in scored["reward_breakdown"]}
+    scored = round_tables(cad_run / "data/envs/cad/07_model_output/scored")
+    statuses = {b["cad_status"] for b in scored["reward_breakdown"]}
     assert statuses and statuses <= {"built", "no_program", "parse_error", "empty", "degenerate", "too_large",
                                      "extra_pieces", "build_error"}
     assert set(scored["status"]) == {"ok"}

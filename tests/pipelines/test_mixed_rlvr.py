@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
-from tests.pipelines.conftest import TINY_PARAMS, make_project, run_pipeline, tracking_uri
+from tests.pipelines.conftest import TINY_PARAMS, make_project, round_tables, run_pipeline, tracking_uri
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +37,7 @@ def test_tasks_of_both_domains_flow_through_curation_rollouts_and_evaluation(mix
         (d, s): n for d, (_, validation, test) in SPLITS.items()
         for s, n in (("train", MIXED_TRAIN[d]), ("validation", validation), ("test", test))}
     assert all(json.loads(r)["domain"] == d for r, d in zip(tasks["reference"], tasks["domain"]))
-    scored = pd.concat(pd.read_parquet(p) for p in (mixed_run / "data/envs/mixed/07_model_output/scored").glob("*.parquet"))
+    scored = round_tables(mixed_run / "data/envs/mixed/07_model_output/scored")
     assert set(scored["status"]) <= {"ok", "timeout", "error"}
 
 

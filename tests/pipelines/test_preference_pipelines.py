@@ -11,7 +11,7 @@ from mlflow import MlflowClient
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
 from rlvr_factory.preferences import PAIR_COLUMNS, PAIR_QUARANTINE_COLUMNS
-from tests.pipelines.conftest import TINY_PARAMS, make_project, run_pipeline, tracking_uri
+from tests.pipelines.conftest import TINY_PARAMS, make_project, round_table, run_pipeline, tracking_uri
 
 pytestmark = pytest.mark.slow
 
@@ -79,8 +79,8 @@ def test_dpo_writes_the_policy_and_compares_it_with_sft_on_the_test_split(projec
 
 
 def test_rl_on_the_learned_reward_logs_proxy_and_gold_every_round_and_plots_them(project):
-    scored = pd.read_parquet(project / "data/envs/learned_reward/07_model_output/scored/round_000.parquet")
-    breakdown = pd.DataFrame([json.loads(b) for b in scored["reward_breakdown"]])
+    scored = round_table(project / "data/envs/learned_reward/07_model_output/scored/round_000.parquet")
+    breakdown = pd.DataFrame(list(scored["reward_breakdown"]))
     assert {"rm", "verifier", "weight.rm", "weight.verifier", "gold_correct"} <= set(breakdown.columns)
     assert (breakdown["weight.verifier"] == 0.0).all()
     assert scored["reward"].tolist() == pytest.approx(breakdown["rm"].tolist())

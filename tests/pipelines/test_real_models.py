@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import pandas as pd
 import pytest
 import torch
 from mlflow import MlflowClient
@@ -15,7 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from rlvr_factory.models.tokenizer import chat_template as chat_template_text
 from rlvr_factory.training.sft import encode_prompts
 from tests.models.hf_fixtures import ARCHITECTURES, bf16_supported, save_hub_layout
-from tests.pipelines.conftest import TINY_PARAMS, make_project, run_pipeline, tracking_uri
+from tests.pipelines.conftest import TINY_PARAMS, make_project, round_table, run_pipeline, tracking_uri
 from tests.pipelines.test_rl_options import merged
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")]
@@ -65,7 +64,7 @@ def test_sft_one_rl_round_and_evaluation_run_on_the_model(tmp_path, hub_models, 
     assert [r["round"] for r in report["round_history"]] == [0]
 
     # the rollouts were prompted through the model's chat template and sampled within the budget
-    rollouts = pd.read_parquet(project / "data/07_model_output/rollouts/round_000.parquet")
+    rollouts = round_table(project / "data/07_model_output/rollouts/round_000.parquet")
     source = AutoTokenizer.from_pretrained(hub_models[name])
     if chat_template:
         source.chat_template = chat_template_text(chat_template)

@@ -11,7 +11,7 @@ import torch
 from mlflow import MlflowClient
 from transformers import AutoModelForCausalLM
 
-from tests.pipelines.conftest import TINY_PARAMS, make_project, run_pipeline, tracking_uri
+from tests.pipelines.conftest import TINY_PARAMS, make_project, round_table, run_pipeline, tracking_uri
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::FutureWarning")]
 
@@ -60,10 +60,22 @@ def test_every_round_tracks_pass_rates_and_reports_the_options(options_run):
 def test_rollouts_carry_the_domain_and_follow_the_difficulty_mix(options_run):
     tasks = pd.read_parquet(options_run / "data/05_model_input/train_tasks.parquet").set_index("task_id")
     for k in (0, 1):
-        rollouts = pd.read_parquet(options_run / f"data/07_model_output/rollouts/round_{k:03d}.parquet")
+        rollouts = round_table(options_run / f"data/07_model_output/rollouts/round_{k:03d}.parquet")
         assert set(rollouts["domain"]) == {"arithmetic"}
         # levels 3 and 4 have weight 0: with 50 prompts of each other level, they are never reached
         assert set(tasks.loc[rollouts["task_id"].unique(), "difficulty"]) <= {1, 2}
+
+
+def test_the_scores_dynamic_sampling_computed_are_kept_in_the_batch_not_judged_again(options_run):
+    client = MlflowClient(tracking_uri=tracking_uri(options_run))
+    (run,) = client.search_runs([client.get_experiment_by_name("rlvr_factory").experiment_id])
+    for k in (0, 1):
+        rollouts = round_table(options_run / f"data/07_model_output/rollouts/round_{k:03d}.parquet")
+        scored = round_table(options_run / f"data/07_model_output/scored/round_{k:03d}.parquet")
+        assert rollouts["verdict"].notna().all()  # every kept group was scored to decide whether to keep it
+        assert scored["reward"].tolist() == [v["reward"] for v in rollouts["verdict"]]
+    for counter in ("quick", "cached", "dispatched"):  # the verify node sent nothing to the pool
+        assert [m.value for m in client.get_metric_history(run.info.run_id, f"rl.verify_{counter}")] == [0.0, 0.0]
 
 
 def test_per_domain_metrics_reach_mlflow(options_run):

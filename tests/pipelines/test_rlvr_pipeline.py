@@ -10,12 +10,11 @@ import subprocess
 import sys
 import time
 
-import pandas as pd
 import pytest
 from mlflow import MlflowClient
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tests.pipelines.conftest import TINY_PARAMS, as_cli_params, make_project, run_pipeline, tracking_uri
+from tests.pipelines.conftest import TINY_PARAMS, as_cli_params, make_project, round_table, run_pipeline, tracking_uri
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +52,7 @@ def _kill_once_written(project, params: dict, written, *extra: str) -> None:
 def test_each_round_persists_one_row_per_completion(tiny_run):
     rl = TINY_PARAMS["rl"]
     for k in range(rl["rounds"]):
-        scored = pd.read_parquet(tiny_run / f"data/07_model_output/scored/round_{k:03d}.parquet")
+        scored = round_table(tiny_run / f"data/07_model_output/scored/round_{k:03d}.parquet")
         assert SCORED_COLUMNS <= set(scored.columns)
         assert len(scored) == rl["prompts_per_round"] * rl["samples_per_prompt"]
         assert set(scored["round"]) == {k}

@@ -5,12 +5,11 @@ Runs in the vLLM venv (scripts/test_vllm.sh); skips without vLLM unless RLVR_REQ
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
 from tests.conftest import skip_without_vllm
-from tests.pipelines.conftest import TINY_PARAMS, make_project, run_pipeline, tracking_uri
+from tests.pipelines.conftest import TINY_PARAMS, make_project, round_table, run_pipeline, tracking_uri
 from tests.pipelines.test_rl_options import merged
 
 skip_without_vllm()
@@ -53,7 +52,7 @@ def test_one_engine_serves_the_run_and_gets_the_weights_after_every_update(vllm_
 
 def test_the_rollouts_carry_vllms_logprobs_and_the_trainer_agrees_with_them(vllm_runs):
     project, _ = vllm_runs[0]
-    rollouts = pd.read_parquet(project / "data/07_model_output/rollouts/round_000.parquet")
+    rollouts = round_table(project / "data/07_model_output/rollouts/round_000.parquet")
     assert all(len(lp) == len(ids) for lp, ids in zip(rollouts["logprobs"], rollouts["completion_ids"]))
     client = MlflowClient(tracking_uri(project))
     (run,) = client.search_runs(client.search_experiments()[0].experiment_id)

@@ -240,11 +240,11 @@ def test_a_job_function_that_cannot_reach_a_worker_is_refused(local):
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"backend": "spark"}, "unknown scheduler backend"),
+    ({"backend": "spark"}, "scheduler.backend: must be one of 'local', 'ray'"),
     ({"workers": 0}, "workers"),
     ({"timeout_seconds": 0}, "timeout"),
     ({"retry": {"max_attempts": 0}}, "max_attempts"),
-    ({"retries": 3}, "unknown scheduler settings"),
+    ({"retries": 3}, r"scheduler.retries: unknown key \(did you mean retry\?\)"),
 ])
 def test_bad_settings_are_refused_with_what_was_wrong(settings, message):
     with pytest.raises(ValueError, match=message):

@@ -6,12 +6,11 @@ from __future__ import annotations
 import copy
 import json
 
-import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
 from rlvr_factory import verification
-from tests.pipelines.conftest import TINY_PARAMS, make_project, run_pipeline, tracking_uri
+from tests.pipelines.conftest import TINY_PARAMS, make_project, round_table, run_pipeline, tracking_uri
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +33,7 @@ def test_the_embedded_default_runs_end_to_end_with_the_ray_backend(ray_cluster, 
 
     rounds = TINY_PARAMS["rl"]["rounds"]
     for k in range(rounds):
-        scored = pd.read_parquet(project / f"data/07_model_output/scored/round_{k:03d}.parquet")
+        scored = round_table(project / f"data/07_model_output/scored/round_{k:03d}.parquet")
         assert len(scored) == TINY_PARAMS["rl"]["prompts_per_round"] * TINY_PARAMS["rl"]["samples_per_prompt"]
         assert set(scored["status"]) <= {"ok", "timeout", "error", "infra_error"}
     assert json.loads((project / "data/08_reporting/metrics.json").read_text())["rl"]["num_tasks"] > 0

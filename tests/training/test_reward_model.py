@@ -197,11 +197,11 @@ def test_an_unknown_head_is_refused_by_name():
 
 
 @pytest.mark.parametrize("params,match", [
-    ({"use_margin": "false"}, "use_margin must be true or false"),
-    ({"drop_highest_loss": float("nan")}, "drop_highest_loss: expected a finite number"),
+    ({"use_margin": "false"}, "reward_model.use_margin: expected true/false"),
+    ({"drop_highest_loss": float("nan")}, "drop_highest_loss: must be a finite number"),
     ({"drop_highest_loss": 1.0}, "drop_highest_loss must be >= 0 and < 1"),
     ({"eval_batch_size": 0}, "eval_batch_size must be a whole number >= 1"),
-    ({"train": {"lr": float("nan")}}, "lr: expected a finite number"),
+    ({"train": {"lr": float("nan")}}, "reward_model.train.lr: must be a finite number"),
 ])
 def test_non_finite_or_mistyped_reward_model_settings_are_refused_by_name(params, match):
     with pytest.raises(ValueError, match=match):

@@ -1,10 +1,11 @@
 """The rollouts and scored tables of multi-turn episodes, and the episode metrics of a round."""
 
-import json
-
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from rlvr_factory.datasets import RoundTableDataset
 from rlvr_factory.domains import Task
 from rlvr_factory.rollout.episode import Episode, Turn
 from rlvr_factory.training.rounds import rollouts_frame, round_metrics, samples_from_scored, scored_frame, verdicts
@@ -29,12 +30,12 @@ def budget_episode(task_index, sample_index) -> Episode:
 
 def frames(tmp_path):
     episodes = [tool_episode(0, 0, True), budget_episode(0, 1), tool_episode(1, 0, False), budget_episode(1, 1)]
-    rollouts = rollouts_frame(episodes, TASKS, 3, 7)
-    rollouts.to_parquet(tmp_path / "r.parquet")
-    rollouts = pd.read_parquet(tmp_path / "r.parquet")
+    RoundTableDataset(str(tmp_path / "r.parquet")).save(rollouts_frame(episodes, TASKS, 3, 7))
+    rollouts = RoundTableDataset(str(tmp_path / "r.parquet")).load()
     judged = [Score(1.0, True), None, Score(0.0, False), None]
     scores = [j if j is not None else v for j, v in zip(judged, verdicts(rollouts))]
-    return episodes, rollouts, scored_frame(rollouts, scores)
+    RoundTableDataset(str(tmp_path / "s.parquet")).save(scored_frame(rollouts, scores))
+    return episodes, rollouts, RoundTableDataset(str(tmp_path / "s.parquet")).load()
 
 
 def test_a_rollouts_row_is_the_whole_trajectory(tmp_path):
@@ -45,7 +46,8 @@ def test_a_rollouts_row_is_the_whole_trajectory(tmp_path):
     assert list(row["logprobs"]) == pytest.approx([-0.1, -0.2, -0.3, 0, 0, 0, 0, -0.4, -0.5])
     assert row["completion"] == "<calc>1+2</calc><result>3</result>\\boxed{3}"
     assert row["completion_tokens"] == 5 and row["num_turns"] == 2 and row["prompt_tokens"] == 3
-    assert [t["reward"] for t in json.loads(row["turns"])] == [0.0, 0.5]
+    assert [t["reward"] for t in row["turns"]] == [0.0, 0.5]
+    assert [t["action_tokens"] for t in row["turns"]] == [3, 2]
     assert row["answer"] == "\\boxed{3}" and pd.isna(row["verdict"])  # judged by the verify station
     assert verdicts(rollouts)[1] == Score(0.0, False, breakdown={"unfinished": 1.0})
     assert (row["round"], row["policy_version"], row["task_id"]) == (3, 7, "a")
@@ -53,8 +55,8 @@ def test_a_rollouts_row_is_the_whole_trajectory(tmp_path):
 
 def test_the_scored_breakdown_counts_the_episodes_tool_calls(tmp_path):
     _, _, scored = frames(tmp_path)
-    assert json.loads(scored.iloc[0]["reward_breakdown"]) == {"tool_calls": 1.0, "tool_errors": 0.0}
-    assert json.loads(scored.iloc[1]["reward_breakdown"]) == {"tool_calls": 1.0, "unfinished": 1.0}
+    assert scored.iloc[0]["reward_breakdown"] == {"tool_calls": 1.0, "tool_errors": 0.0}
+    assert scored.iloc[1]["reward_breakdown"] == {"tool_calls": 1.0, "unfinished": 1.0}
     assert list(scored["reward"]) == [1.0, 0.0, 0.0, 0.0] and "verify_ms" not in scored  # timings live in MLflow
 
 
@@ -75,3 +77,52 @@ def test_multi_turn_rounds_report_turns_tool_calls_success_by_turns_and_budget_e
     assert metrics["pass_rate/turns_2"] == 0.5 and metrics["pass_rate/turns_1"] == 0.0
     assert "pass_rate/turns_3" not in metrics  # no episode took three turns
     assert "turns_per_episode" not in round_metrics(scored)  # single-turn runs keep their metrics as they were
+
+
+def test_on_disk_the_nested_data_are_typed_arrow_columns_not_json_text(tmp_path):
+    frames(tmp_path)
+    schema = pq.read_schema(tmp_path / "s.parquet")
+    assert schema.field("turns").type == pa.list_(pa.struct([
+        ("action", pa.string()), ("observation", pa.string()), ("reward", pa.float64()), ("finish_reason", pa.string()),
+        ("action_tokens", pa.int64()), ("observation_tokens", pa.int64())]))
+    assert schema.field("completion_ids").type == schema.field("loss_mask").type == pa.list_(pa.int64())
+    assert schema.field("logprobs").type == pa.list_(pa.float64())
+    assert schema.field("reward_breakdown").type.field("numbers").type == pa.map_(pa.string(), pa.float64())
+    assert pa.types.is_struct(schema.field("verdict").type)
+    strings = [f.name for f in schema if f.type in (pa.string(), pa.large_string())]
+    assert sorted(strings) == ["answer", "completion", "domain", "error", "finish_reason", "prompt", "status", "task_id"]
+
+
+def test_a_breakdown_of_numbers_and_strings_and_a_verdict_come_back_as_they_were(tmp_path):
+    # A CAD verdict names why (`cad_status`, `reason`): strings beside the numbers, in one dict.
+    cad = Score(0.25, False, "ok", {"iou": 0.25, "cad_status": "built", "reason": "too small", "weight.iou": 1.0},
+                "")
+    episode = Episode(0, 0, [1], [Turn("cube(1);", [5, 2], [-0.1, -0.2], "stop")], "done", score=cad,
+                      info={"builds": 2, "note": "x"})
+    path = RoundTableDataset(str(tmp_path / "cad.parquet"))
+    rollouts = rollouts_frame([episode], TASKS, 0, 0)
+    path.save(rollouts)
+    loaded = path.load()
+    assert verdicts(loaded) == [cad]
+    assert loaded.iloc[0]["info"] == {"builds": 2.0, "note": "x"}
+    path.save(scored_frame(loaded, verdicts(loaded)))
+    breakdown = path.load().iloc[0]["reward_breakdown"]
+    assert breakdown == {"builds": 2.0, "cad_status": "built", "iou": 0.25, "note": "x", "reason": "too small",
+                         "weight.iou": 1.0}
+    assert list(breakdown) == sorted(breakdown)  # keys sorted, as the JSON text had them
+    assert samples_from_scored(path.load())[0].components == {"iou": (0.25, 1.0)}
+
+
+def test_a_table_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    path = RoundTableDataset(str(tmp_path / "r.parquet"))
+    first = rollouts_frame([tool_episode(0, 0, True)], TASKS, 0, 0)
+    path.save(first)
+
+    def dies(table, where, **kwargs):
+        open(where, "wb").write(b"PAR1 half a table")  # the run killed while it writes
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pq, "write_table", dies)
+    with pytest.raises(KeyboardInterrupt):
+        path.save(rollouts_frame([tool_episode(1, 0, False)], TASKS, 1, 1))
+    assert path.load()["task_id"].tolist() == ["a"]  # the last whole table

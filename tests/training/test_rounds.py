@@ -1,7 +1,5 @@
 """From the scored table to update samples and round metrics."""
 
-import json
-
 import pandas as pd
 import pytest
 
@@ -21,9 +19,9 @@ def scored_table() -> pd.DataFrame:
     ]
     frame = pd.DataFrame(rows, columns=["task_id", "domain", "reward", "correct", "status", "finish_reason",
                                         "completion_tokens"])
-    breakdown = json.dumps({"outcome": 1.0, "format": 1.0, "weight.outcome": 1.0, "weight.format": 0.5})
+    breakdown = {"outcome": 1.0, "format": 1.0, "weight.outcome": 1.0, "weight.format": 0.5}
     return frame.assign(prompt_ids=[[1, 2]] * len(rows), completion_ids=[[3]] * len(rows),
-                        reward_breakdown=[breakdown] + ["{}"] * (len(rows) - 1))
+                        reward_breakdown=[breakdown] + [{}] * (len(rows) - 1))
 
 
 def test_infra_errors_are_left_out_of_the_samples():

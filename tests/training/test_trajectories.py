@@ -1,11 +1,10 @@
 """RL on trajectories: the update trains on the policy's tokens exactly as sampled, and on nothing else."""
 
-import json
-
 import pandas as pd
 import pytest
 import torch
 
+from rlvr_factory.datasets import RoundTableDataset
 from rlvr_factory.domains import ArithmeticDomain, Task
 from rlvr_factory.rollout.agent_loop import RolloutConfig, chat_format, environments_of, run_episodes
 from rlvr_factory.rollout.engine import SamplingConfig
@@ -28,8 +27,8 @@ def scored_round(policy, rewards=None, tmp_path=None) -> tuple[list, pd.DataFram
                                environments_of(CALCULATOR), CONFIG, SamplingConfig(max_new_tokens=24, seed=3))
     rollouts = rollouts_frame(episodes, TASKS, 0, 0)
     if tmp_path is not None:
-        rollouts.to_parquet(tmp_path / "rollouts.parquet")
-        rollouts = pd.read_parquet(tmp_path / "rollouts.parquet")
+        RoundTableDataset(str(tmp_path / "rollouts.parquet")).save(rollouts)
+        rollouts = RoundTableDataset(str(tmp_path / "rollouts.parquet")).load()
     rewards = rewards or [float(i % 2) for i in range(len(episodes))]
     return episodes, scored_frame(rollouts, [Score(r, r > 0) for r in rewards])
 
@@ -106,8 +105,8 @@ def test_turn_rewards_add_each_turns_return_to_its_tokens_only():
 def test_per_turn_samples_come_from_the_rendered_contexts():
     row = {"task_id": "t", "sample_index": 0, "domain": "d", "reward": 1.0, "status": "ok", "finish_reason": "done",
            "prompt_ids": [1, 2], "completion_ids": [5, 6, 7], "loss_mask": [1, 1, 1], "correct": True,
-           "turns": json.dumps([{"action_tokens": 2, "observation_tokens": 0, "reward": 0.5},
-                                {"action_tokens": 1, "observation_tokens": 0, "reward": 1.0}]),
+           "turns": [{"action_tokens": 2, "observation_tokens": 0, "reward": 0.5},
+                     {"action_tokens": 1, "observation_tokens": 0, "reward": 1.0}],
            "turn_prompt_ids": [[1, 2], [1, 2, 9, 9]]}
     first, second = samples_from_scored(pd.DataFrame([row]))
     assert (first.prompt_ids, first.completion_ids, first.turn_rewards) == ([1, 2], [5, 6], [1.5])

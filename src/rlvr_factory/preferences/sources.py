@@ -26,7 +26,7 @@ def raw_pair_rows(preferences: Mapping[str, Any], domain: Domain, tasks: list[Ta
     """The `preferences` block's raw rows: its `sources` when given, else pairs generated from `tasks`
     (the embedded default, `preferences.embedded`)."""
     if preferences.get("sources"):
-        return loaded_rows(preferences["sources"], preferences.get("format", "auto"), preferences.get("limit"))
+        return loaded_rows(preferences["sources"], preferences["format"], preferences["limit"])
     embedded = dict(preferences.get("embedded") or {})
     if "splits" in embedded:
         embedded["splits"] = tuple(embedded["splits"])

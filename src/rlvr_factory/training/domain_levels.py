@@ -57,7 +57,7 @@ def track_domain_levels(
 ) -> pd.DataFrame:
     """The curriculum's table after a round: each domain's level moved by this round's pass rate at
     its level, its weight for the next round, and this round's per-domain summary."""
-    settings = LevelSettings(**curriculum.get("levels", {}))
+    settings = LevelSettings(**curriculum["levels"])
     band = tuple(curriculum["band"])
     before = levels_from_frame(previous)
     levels = task_levels(tasks)
@@ -94,7 +94,7 @@ def level_prompt_order(
     rng: random.Random,
 ) -> list[int]:
     """The order a round draws train prompts in under the per-domain curriculum (`domain_prompt_order`)."""
-    settings = LevelSettings(**curriculum.get("levels", {}))
+    settings = LevelSettings(**curriculum["levels"])
     band = tuple(curriculum["band"])
     state = levels_from_frame(levels)
     state = {d: state.get(d, DomainLevel(ladder[0])) for d, ladder in task_levels(tasks).items()}

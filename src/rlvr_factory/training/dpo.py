@@ -15,6 +15,7 @@ import torch
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.rl.preference import PREFERENCE_LOSSES, dpo_loss, implicit_rewards, ipo_loss, sequence_logps
 from rlvr_factory.training.lm import token_logprobs
+from rlvr_factory.schema import configurable, parse
 from rlvr_factory.training.pairs import (
     Checkpoint, EncodedPair, PairTrainConfig, pair_batch, ranking_metrics, real_number, train_on_pairs, whole_number,
 )
@@ -44,9 +45,9 @@ class DPOConfig:
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> DPOConfig:
-        """From the `dpo` parameter block (`train` and the loss keys)."""
-        keys = {k: v for k, v in params.items() if k in {"loss", "beta", "label_smoothing", "eval_batch_size"}}
-        return cls(PairTrainConfig(**params.get("train", {})), **keys)
+        """From the `dpo` parameter block (`train` and the loss keys; checked by `schema.parse`, a key left out
+        takes this class's default)."""
+        return parse(cls, {k: v for k, v in params.items() if k in configurable(cls)}, "dpo")
 
 
 def pair_logps(model: torch.nn.Module, batch: Sequence[EncodedPair], pad_id: int, average: bool

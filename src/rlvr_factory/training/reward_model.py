@@ -10,6 +10,7 @@ import torch
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.models.reward_model import sequence_rewards
 from rlvr_factory.rl.preference import bradley_terry_loss, trimmed_mean
+from rlvr_factory.schema import configurable, parse
 from rlvr_factory.training.pairs import (
     Checkpoint, EncodedPair, PairTrainConfig, pair_batch, ranking_metrics, real_number, train_on_pairs, whole_number,
 )
@@ -30,9 +31,9 @@ class RewardModelConfig:
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> RewardModelConfig:
-        """From the `reward_model` parameter block's `train`, `use_margin`, `eval_batch_size` and `drop_highest_loss`."""
-        return cls(PairTrainConfig(**params.get("train", {})), params.get("use_margin", False),
-                   params.get("eval_batch_size", 64), params.get("drop_highest_loss", 0.0))
+        """From the `reward_model` parameter block's `train`, `use_margin`, `eval_batch_size` and `drop_highest_loss`
+        (checked by `schema.parse`; a key left out takes this class's default)."""
+        return parse(cls, {k: v for k, v in params.items() if k in configurable(cls)}, "reward_model")
 
 
 def pair_rewards(model: torch.nn.Module, batch: Sequence[EncodedPair], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

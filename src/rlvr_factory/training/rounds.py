@@ -2,16 +2,16 @@
 
 A `rollouts` row is one episode (trajectory): the task and sample, the text and token ids of
 its prompt and of everything after it, the loss mask (1 on the policy's tokens) and sampling
-log-probs aligned with `completion_ids`, the turns as JSON (action, observation, reward,
-finish reason and token counts of each), the summed step counters (`info`), how it ended,
-what decides its reward: the environment's verdict (`verdict`) or the answer the verify station
-judges (`answer`), and what a failed environment call said (`error`). `scored` adds the reward
-columns.
+log-probs aligned with `completion_ids`, the turns (action, observation, reward, finish reason
+and token counts of each), the summed step counters (`info`), how it ended, what decides its
+reward: a verdict already given (`verdict`: the environment's, or the verify station's when
+dynamic sampling scored the group) or the answer the verify station judges (`answer`), and what
+a failed environment call said (`error`). `scored` adds the reward columns. The columns hold
+lists and dicts; `round_batch.py` types them as nested Arrow columns on disk.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from typing import Any, Sequence
 
@@ -26,12 +26,12 @@ EXCLUDED_STATUS = "infra_error"  # an infrastructure failure is never scored as 
 COUNTED = ("tool_calls", "tool_errors")  # step counters every multi-turn round reports, 0 when none happened
 
 
-def _turns_json(episode: Episode) -> str:
-    return json.dumps([
-        {"action": t.action, "observation": t.observation, "reward": t.reward, "finish_reason": t.finish_reason,
+def _turns(episode: Episode) -> list[dict[str, Any]]:
+    return [
+        {"action": t.action, "observation": t.observation, "reward": float(t.reward), "finish_reason": t.finish_reason,
          "action_tokens": len(t.action_ids), "observation_tokens": len(t.observation_ids)}
         for t in episode.turns
-    ])
+    ]
 
 
 def rollouts_frame(episodes: Sequence[Episode], tasks: Sequence[Task], round_index: int, policy_version: int) -> pd.DataFrame:
@@ -53,29 +53,29 @@ def rollouts_frame(episodes: Sequence[Episode], tasks: Sequence[Task], round_ind
         "loss_mask": [e.loss_mask for e in episodes],
         "logprobs": [e.logprobs for e in episodes],
         "num_turns": [len(e.turns) for e in episodes],
-        "turns": [_turns_json(e) for e in episodes],
+        "turns": [_turns(e) for e in episodes],
         "turn_prompt_ids": [[t.context_ids for t in e.turns] if e.per_turn else [] for e in episodes],
-        "info": [json.dumps(e.info, sort_keys=True) for e in episodes],
+        "info": [dict(sorted(e.info.items())) for e in episodes],
         "out_of_budget": [e.out_of_budget for e in episodes],
         "answer": [e.answer for e in episodes],
-        "verdict": [json.dumps(asdict(e.score), sort_keys=True) if e.score is not None else None for e in episodes],
+        "verdict": [asdict(e.score) if e.score is not None else None for e in episodes],
         "error": [e.error for e in episodes],
     })
 
 
 def verdicts(rollouts: pd.DataFrame) -> list[Score | None]:
-    """Each row's environment verdict, or None where the verify station judges its `answer`."""
-    return [Score(**json.loads(v)) if isinstance(v, str) else None for v in rollouts["verdict"]]
+    """Each row's verdict already given, or None where the verify station judges its `answer`."""
+    return [Score(**v) if isinstance(v, dict) else None for v in rollouts["verdict"]]
 
 
 def scored_frame(rollouts: pd.DataFrame, scores: Sequence[Score]) -> pd.DataFrame:
     """The `scored` table: the rollouts with each episode's reward, correctness, breakdown (the verdict's
     and the episode's step counters) and status (no timings: a rerun writes the same bytes)."""
-    infos = [json.loads(i) for i in rollouts["info"]] if "info" in rollouts else [{}] * len(scores)
+    infos = list(rollouts["info"]) if "info" in rollouts else [{}] * len(scores)
     return rollouts.assign(
         reward=[s.reward for s in scores],
         correct=[s.correct for s in scores],
-        reward_breakdown=[json.dumps({**s.breakdown, **info}, sort_keys=True) for s, info in zip(scores, infos)],
+        reward_breakdown=[dict(sorted({**s.breakdown, **info}.items())) for s, info in zip(scores, infos)],
         status=[s.status for s in scores],
     )
 
@@ -88,11 +88,11 @@ def usable_rows(scored: pd.DataFrame) -> pd.DataFrame:
 def _row_samples(r: Any) -> list[Sample]:
     """One episode's update samples: the whole trajectory, or one per turn (per-turn layout)."""
     truncated = r.finish_reason == "length"
-    components = declared_components(json.loads(getattr(r, "reward_breakdown", "{}")))
+    components = declared_components(getattr(r, "reward_breakdown", None) or {})
     if not hasattr(r, "turns"):  # a table from before trajectories: one single-turn sample
         return [Sample(str(r.task_id), list(r.prompt_ids), list(r.completion_ids), float(r.reward), str(r.domain), truncated,
                        components=components)]
-    turns = json.loads(r.turns)
+    turns = r.turns
     rewards = [float(t["reward"]) for t in turns]
     token_turns = [i for i, t in enumerate(turns) for _ in range(t["action_tokens"] + t["observation_tokens"])]
     completion = list(r.completion_ids)
@@ -128,7 +128,7 @@ def episode_metrics(rows: pd.DataFrame, max_turns: int) -> dict[str, float]:
     the share ended by a budget, and per number of turns used the share of episodes and their pass rate."""
     if not len(rows):
         return {}
-    infos = pd.DataFrame([json.loads(i) for i in rows["info"]], index=rows.index).fillna(0.0)
+    infos = pd.DataFrame(list(rows["info"]), index=rows.index).fillna(0.0)
     metrics = {
         "turns_per_episode": float(rows["num_turns"].mean()),
         "ended_by_budget_fraction": float(rows["out_of_budget"].mean()),

@@ -27,7 +27,7 @@ def _measured_difficulty(rows: list[dict], domain: Domain, difficulty: dict, ver
     if not tasks:
         return {}
     policy = load_policy(difficulty["model"])
-    sampling = SamplingConfig(**difficulty["sampling"], seed=difficulty.get("seed", 0))
+    sampling = SamplingConfig(**difficulty["sampling"], seed=difficulty["seed"])
     rates = pass_rates(policy, tasks, domain, verify, difficulty["samples"], sampling)
     return {task_id: difficulty_from_pass_rate(rate, difficulty["levels"]) for task_id, rate in rates.items()}
 

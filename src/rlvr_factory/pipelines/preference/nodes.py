@@ -27,7 +27,7 @@ def dpo_fine_tune(sft_policy: Policy, preference_pairs: pd.DataFrame, model: dic
     with the held-out chosen-vs-rejected margin and accuracy."""
     config = DPOConfig.from_params(dpo)
     seed_everything(config.train.seed)
-    policy = Policy(with_lora(sft_policy.model, LoraSettings(**model.get("lora", {}))), sft_policy.tokenizer)
+    policy = Policy(with_lora(sft_policy.model, LoraSettings(**model["lora"])), sft_policy.tokenizer)
     train, held_out = split_pairs(preference_pairs, policy.tokenizer)
     history = train_dpo(policy, train, held_out, config, Checkpoint(dpo["checkpoint_dir"], AutoModelForCausalLM))
     final = history[-1]

@@ -8,7 +8,7 @@ round k's copy of it for k = `rl.resume_from` .. `rl.rounds` - 1:
     for k in rounds:                       # CleanRL's loop, with Kedro nodes as its steps
         nodes += round_block(k)            # round_007.rollout, round_007.verify, ... (pipeline.py)
         run every node whose inputs exist  # in order; round k+1's rollout may wait on round k's update
-        forget round k-3's datasets        # no round reads further back than two rounds
+        forget round k-2's datasets        # round k+1 reads back to round k-1 at most
 
 Round k's datasets are named `round_NNN.*` and persisted by the catalog's `{round}.*` patterns. A
 round reads from its neighbours only (the previous policy, pass rates and domain levels; asynchronous

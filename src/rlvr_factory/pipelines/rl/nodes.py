@@ -30,7 +30,7 @@ from rlvr_factory.training.grpo import UpdateConfig, rl_update
 from rlvr_factory.training.domain_levels import level_prompt_order, level_stats, track_domain_levels
 from rlvr_factory.training.lm import lr_factor, seed_everything
 from rlvr_factory.training.rounds import (
-    observed_pass_rates, rollouts_frame, round_metrics, samples_from_scored, scored_frame, verdicts,
+    EXCLUDED_STATUS, observed_pass_rates, rollouts_frame, round_metrics, samples_from_scored, scored_frame, verdicts,
 )
 from rlvr_factory.verification import judge_sharded
 
@@ -56,7 +56,7 @@ def round_lr(rl: dict, round_index: int) -> float:
 
 def initial_policy(sft_policy: Policy, model: dict) -> Policy:
     """The policy round 0 trains: the SFT policy, with LoRA adapters when `model.lora.enabled`."""
-    lora = LoraSettings(**model.get("lora", {}))
+    lora = LoraSettings(**model["lora"])
     distributed.broadcast_parameters(sft_policy.model)  # data-parallel ranks start from rank 0's weights
     return Policy(with_lora(sft_policy.model, lora), sft_policy.tokenizer, sft_policy.version, sft_policy.optimizer_state)
 
@@ -129,7 +129,7 @@ def _prompt_order(
     rng = random.Random(seed)
     curriculum = rl["curriculum"]
     rates = dict(zip(pass_rates["task_id"], pass_rates["pass_rate"])) if pass_rates is not None else {}
-    if curriculum.get("levels", {}).get("enabled"):
+    if curriculum["levels"]["enabled"]:
         return level_prompt_order(tasks, rates, domain_levels, curriculum, rng)
     if not curriculum["enabled"]:
         wanted = len(tasks) if rl["dynamic_sampling"]["enabled"] else rl["prompts_per_round"]
@@ -168,6 +168,9 @@ def rollout(
     def score(indices: list[int], episodes: list) -> list[float]:
         scores, _ = judge_sharded(env, [e.score for e in episodes], [e.answer for e in episodes],
                                   [tasks[indices[e.task_index]].reference for e in episodes], verify)
+        for episode, verdict in zip(episodes, scores):  # kept in the table: `verify` judges only the rest
+            if episode.score is None and verdict.status != EXCLUDED_STATUS:  # an infra failure is tried again
+                episode.score = verdict
         return [s.reward for s in scores]
 
     drawn = draw_groups(distributed.shard_run(run), order, rl["prompts_per_round"], seed, score, DynamicSampling(**rl["dynamic_sampling"]))
@@ -193,8 +196,9 @@ def track_levels(
 
 
 def verify(rollouts: pd.DataFrame, train_tasks: pd.DataFrame, domain: dict, verify: dict) -> tuple[pd.DataFrame, dict]:
-    """The `scored` table: each episode's verdict, its environment's or (for the answers environments
-    leave to it) the domain's verifier's through the pool, in one batch.
+    """The `scored` table: each episode's verdict, the one it already has (its environment's, or the
+    pool's when dynamic sampling scored its group in the rollout) or (for the answers left to it) the
+    domain's verifier's through the pool, in one batch.
 
     The stats (operational, for MLflow) carry the batch's verification time, the pool's counters
     and the scheduler's metrics over the batch (`verify_scheduler_*`: jobs per
