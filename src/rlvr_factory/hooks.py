@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 from typing import Any
 
@@ -20,11 +19,11 @@ from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 
 from rlvr_factory import cpu_huge_pages, pipeline_registry, summary, tracking
 from rlvr_factory.models.policy import MODEL_DIR_CONTENTS, has_chat_template, looks_local, model_dir_problem
-from rlvr_factory.pipelines.rl.pipeline import ROUND, RLShape
+from rlvr_factory.pipelines.rl.pipeline import RLShape
+from rlvr_factory.round_files import ROUND, round_name, round_of
 from rlvr_factory.rollout.background import close_background_engines, forget_rollouts_ahead
 
 log = logging.getLogger(__name__)
-ROUND_NODE = re.compile(r"round_(\d+)\.(\w+)")
 EMBEDDED_MODEL = "embedded"
 # What the end of a run points at: (label, catalog entry), shown when the run wrote it.
 ARTEFACTS = (
@@ -125,7 +124,7 @@ class RunConsoleHook:
     @hook_impl
     def before_node_run(self, node) -> None:
         self._started[node.name] = time.perf_counter()
-        if ROUND_NODE.fullmatch(node.name) and self._round_start is None:
+        if round_of(node.name) is not None and self._round_start is None:
             self._round_start = self._started[node.name]
 
     @hook_impl
@@ -137,11 +136,11 @@ class RunConsoleHook:
             self._eval_report = outputs["eval_report"]
         if node.name.startswith("evaluate_"):
             self._evaluation[node.name] = seconds
-        match = ROUND_NODE.fullmatch(node.name)
-        if match is None:
+        k = round_of(node.name)
+        if k is None:
             log.info("[%*d/%d] %s: %s", len(str(self._total)), self._done, self._total, node.name, summary.duration(seconds))
             return
-        stats = outputs.get(f"round_{match.group(1)}.stats")
+        stats = outputs.get(f"{round_name(k)}.stats")
         if stats is None or self._clock is None:
             return  # one of the round's nodes before its update
         # since the previous round's stats (or this run's first round node): with validation ahead a round's

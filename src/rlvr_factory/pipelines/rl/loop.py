@@ -20,7 +20,6 @@ not grow with the round index, and nothing is built per round but that round's f
 from __future__ import annotations
 
 import logging
-import re
 from collections import Counter
 from itertools import chain
 
@@ -30,17 +29,11 @@ from kedro.runner import SequentialRunner
 from kedro.runner.task import Task
 from pluggy import PluginManager
 
-from rlvr_factory.pipelines.rl.pipeline import ROUND, RLShape, _checkpointed, round_block, round_pipeline
+from rlvr_factory.pipelines.rl.pipeline import RLShape, _checkpointed, round_block, round_pipeline
+from rlvr_factory.round_files import ROUND, round_of
 
 log = logging.getLogger(__name__)
-ROUND_DATASET = re.compile(r"round_(\d+)\.")
 REACH = 2  # a round reads datasets of the rounds up to two before and two after it (RoundPlan)
-
-
-def _round_of(name: str) -> int | None:
-    """The round whose dataset `name` is (`round_007.scored`: 7), or None for any other dataset."""
-    match = ROUND_DATASET.match(name)
-    return int(match.group(1)) if match else None
 
 
 def _shape(catalog: CatalogProtocol) -> RLShape:
@@ -109,14 +102,14 @@ class RoundLoopRunner(SequentialRunner):
         pending_reads: Counter[str] = Counter()
         start = shape.resume_from
         if start:
-            kept = sorted(i for i in round_block(start, shape, plans).inputs() if _round_of(i) is not None)
+            kept = sorted(i for i in round_block(start, shape, plans).inputs() if round_of(i) is not None)
             log.info("resuming at round %d from %s", start, ", ".join(kept))
         for k in range(start, shape.rounds):
             block = round_block(k, shape, plans)
             for name in block.datasets():  # as Kedro's runner does for the whole pipeline before it runs
                 catalog.get(name, fallback_to_runtime_pattern=True)
             block = block.nodes
-            pending_reads.update(i for n in block for i in n.inputs if _round_of(i) is not None)
+            pending_reads.update(i for n in block for i in n.inputs if round_of(i) is not None)
             waiting += block
             self._run_ready(waiting, made, start, catalog, hook_manager, run_id, shape, pending_reads)
             self._forget(catalog, made, pending_reads, before=k + 1 - REACH)  # round k+1 reads back to k-1
@@ -128,7 +121,7 @@ class RoundLoopRunner(SequentialRunner):
                    shape: RLShape, pending_reads: Counter) -> None:
         """Run the first waiting node whose inputs exist, again and again, until none is ready."""
         def ready(node: Node) -> bool:  # a round's dataset exists once made, or on disk from before the resumed round
-            return all(i in made or (k := _round_of(i)) is None or k < start for i in node.inputs)
+            return all(i in made or (k := round_of(i)) is None or k < start for i in node.inputs)
 
         while (node := next((n for n in waiting if ready(n)), None)) is not None:
             waiting.remove(node)
@@ -139,13 +132,13 @@ class RoundLoopRunner(SequentialRunner):
                 self._suggest_resume(node, shape)
                 raise
             made.update(node.outputs)
-            pending_reads.subtract(i for i in node.inputs if _round_of(i) is not None)
+            pending_reads.subtract(i for i in node.inputs if round_of(i) is not None)
 
     @staticmethod
     def _forget(catalog: CatalogProtocol, made: set[str], pending_reads: Counter, before: int) -> None:
         """Release the datasets of rounds before `before` that no waiting node reads (no later round reads
         them either), and drop them from the catalog, so memory does not grow with the rounds."""
-        for name in [m for m in made if (k := _round_of(m)) is not None and k < before and pending_reads[m] <= 0]:
+        for name in [m for m in made if (k := round_of(m)) is not None and k < before and pending_reads[m] <= 0]:
             catalog.release(name)
             # the catalog keeps every dataset a pattern resolved (DataCatalog.get); round k's are done with
             catalog._datasets.pop(name, None)
@@ -154,7 +147,7 @@ class RoundLoopRunner(SequentialRunner):
 
     def _suggest_resume(self, failed: Node, shape: RLShape) -> None:
         """Where a run that failed in a round resumes: the round after the last checkpoint before it."""
-        k = _round_of(failed.name) or 0
+        k = round_of(failed.name) or 0
         resume = max((j + 1 for j in range(shape.resume_from, k) if _checkpointed(j, shape.checkpoint_every)),
                      default=shape.resume_from)
         how = (f"--from-nodes=round.rollout --params=rl.resume_from={resume}" if resume else

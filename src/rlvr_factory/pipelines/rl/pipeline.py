@@ -14,6 +14,7 @@ from functools import partial, update_wrapper, wraps
 from kedro.pipeline import Node, Pipeline, pipeline
 
 from rlvr_factory.parameters import RLConfig
+from rlvr_factory.round_files import ROUND, round_name
 from rlvr_factory.rollout.agent_loop import RolloutConfig
 from rlvr_factory.schema import ConfigError, parse
 
@@ -202,14 +203,6 @@ def deferred_validations(rounds: int, checkpoint_every: int, max_staleness: int)
     after the checkpoint, so a run killed in between would resume without them)."""
     return [max_staleness > 0 and k + 1 < rounds and not _checkpointed(k, checkpoint_every)
             and not _checkpointed(k + 1, checkpoint_every) for k in range(rounds)]
-
-
-ROUND = "round"  # the namespace of the declared round; round k runs as `round_{k:03d}`
-
-
-def round_name(k: int) -> str:
-    """Round k's namespace: its nodes' and datasets' prefix (`round_007.rollout`, `round_007.scored`)."""
-    return f"{ROUND}_{k:03d}"
 
 
 @dataclass(frozen=True)
