@@ -15,7 +15,8 @@ Each size runs in a fresh process (`--child`), in a scratch copy of this project
   last tenth of the rounds (flat in the round index when the two agree);
 * **memory**: the child process's peak resident set (VmHWM), for the whole run where it ran, else for the
   first-node run; and, in a whole run, its resident set (VmRSS) after each round's update, the median over the
-  first and over the last tenth of the rounds (flat in the round index when the two agree).
+  first and over the last tenth of the rounds (flat in the round index when the two agree); and below the
+  table, for the largest whole run, the nodes during which the peak grew most (where a peak comes from).
 
 A size that does not reach its first node within `--timeout` seconds is reported as `> timeout`.
 """
@@ -58,7 +59,9 @@ class Timing:
         self.first: float | None = None
         self.nodes: list[tuple[str, float, float]] = []
         self.resident: list[float] = []  # MB after each round's update
+        self.peak_growth: dict[str, float] = {}  # MB the peak resident set grew during each node (rounds' nodes summed)
         self._start: dict[str, float] = {}
+        self._peak = _status_mb("VmHWM")
 
     def before_node_run(self, node) -> None:  # noqa: ANN001  (Kedro's hook spec)
         now = time.monotonic()
@@ -69,13 +72,17 @@ class Timing:
     def after_node_run(self, node) -> None:  # noqa: ANN001
         self.nodes.append((node.name, self._start.pop(node.name), time.monotonic()))
         if node.name.endswith(".update"):
-            self.resident.append(_resident_mb())
+            self.resident.append(_status_mb("VmRSS"))
+        peak = _status_mb("VmHWM")
+        kind = "round_NNN." + node.name.split(".", 1)[1] if node.name.startswith(ROUND_PREFIX) else node.name
+        self.peak_growth[kind] = self.peak_growth.get(kind, 0.0) + peak - self._peak
+        self._peak = peak
 
 
-def _resident_mb() -> float:
-    """This process's resident set now (VmRSS), in MB."""
+def _status_mb(field: str) -> float:
+    """This process's `field` of /proc/self/status now (VmRSS: resident set, VmHWM: its peak), in MB."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -145,7 +152,8 @@ def child(rounds: int, mode: str, project: Path, out: Path) -> None:
         result.update(_overhead(timing.nodes, rounds))
         window = max(1, rounds // 10)  # the resident set's median over the first and the last tenth of the rounds
         result.update(first_mb=statistics.median(timing.resident[:window]),
-                      last_mb=statistics.median(timing.resident[-window:]))
+                      last_mb=statistics.median(timing.resident[-window:]),
+                      peak_growth=sorted(timing.peak_growth.items(), key=lambda kv: -kv[1])[:5])
     out.write_text(json.dumps(result))
 
 
@@ -219,6 +227,10 @@ def main() -> None:
         resident = [f"{full[k]:.0f}" if full and not full.get("timed_out") else "-" for k in ("first_mb", "last_mb")]
         print(f"{rounds:>7} {start:>11} {ratio:>10} {per_first:>15} {per_last:>14} {whole:>10} {peak:>8.0f} "
               f"{resident[0]:>9} {resident[1]:>8}")
+    largest = [(rounds, full) for rounds, _, full in rows if full and not full.get("timed_out")][-1:]
+    for rounds, full in largest:
+        grew = ", ".join(f"{name} +{mb:.0f} MB" for name, mb in full["peak_growth"] if mb >= 1)
+        print(f"\nwhere the peak grew ({rounds} rounds): {grew or 'nowhere by 1 MB or more'}")
 
 
 if __name__ == "__main__":
