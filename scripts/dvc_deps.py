@@ -146,11 +146,12 @@ def generated_deps(commands: dict[str, tuple[list[str], str | None]]) -> dict[st
 
 
 def _pipelines_of(stage: dict) -> tuple[list[str], str | None]:
-    """The pipelines a stage's `kedro run --pipelines=a[,b] [--from-nodes=n]` runs, and its `--from-nodes`."""
+    """The pipelines a stage's `kedro run [--env=base] --pipelines=a[,b] [--from-nodes=n]` runs, and its `--from-nodes`."""
     command = stage["cmd"].split("#")[0].strip()
-    match = re.fullmatch(r"kedro run --pipelines?=([\w,]+)(?: --from-nodes=([\w,]+))?", command)
+    match = re.fullmatch(r"kedro run (?:--env=base )?--pipelines?=([\w,]+)(?: --from-nodes=([\w,]+))?", command)
     if not match:
-        sys.exit(f"dvc.yaml: stage command {stage['cmd']!r} is not `kedro run --pipelines=<names> [--from-nodes=<nodes>]`")
+        sys.exit(f"dvc.yaml: stage command {stage['cmd']!r} is not `kedro run --env=base --pipelines=<names> "
+                 "[--from-nodes=<nodes>]`")
     return match[1].split(","), match[2]
 
 

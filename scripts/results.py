@@ -7,12 +7,13 @@ writes, and `dvc.lock` must record HEAD's commands, parameters and code and thos
     python scripts/results.py check          # also reproduce HEAD in a fresh clone and compare
     python scripts/results.py refresh        # reproduce HEAD in a fresh clone and bring its results here
 
-Both reproductions run `dvc repro report` (the default run's stages) on the default configuration in a temporary clone of HEAD
+Both reproductions run `dvc repro report` (the default run's stages) on the base configuration (`kedro run --env=base`,
+writing data/envs/base, where no other run writes) in a temporary clone of HEAD
 (about 6 minutes on 2 CPU cores). The data outputs kept in the DVC cache (models, tables) are
 not compared: `check` names those a reproduction did not write byte for byte, as information.
 `refresh` shares this repository's DVC cache and MLflow store with the clone, checks its outputs
-out here afterwards (replacing what `data/` held, so `dvc status` is clean) and prints the
-`git add` that commits the new results, with `data/08_reporting/results_cpu.json`: the CPU that
+out here afterwards (replacing what `data/envs/base` held, so `dvc status` is clean) and prints the
+`git add` that commits the new results, with `data/envs/base/08_reporting/results_cpu.json`: the CPU that
 computed them. Floating-point results are reproducible byte for byte on one kind of CPU (its vendor and
 the instruction set torch's kernels use: AVX2, AVX-512, ...), not across kinds: a different kind sums in
 another order, and the last bits differ (measured: the base model pre-trained on an AVX2 AMD EPYC differs
@@ -42,7 +43,7 @@ DATA = "data/"
 # The default run (`kedro run --pipeline=rlvr`): the report stage and every stage upstream of it. The
 # preference stages (reward model, DPO: their own pipelines) are reproduced on demand, `dvc repro preference`.
 TARGET = "report"
-CPU = "data/08_reporting/results_cpu.json"  # the kind of CPU that computed the committed results
+CPU = "data/envs/base/08_reporting/results_cpu.json"  # the kind of CPU that computed the committed results
 CPU_KIND = ("machine", "vendor", "torch_cpu_capability")  # what decides the bytes; the model name is information
 
 
@@ -274,7 +275,9 @@ def refresh(repo: Path) -> int:
     _warn_if_dirty(repo)
     with tempfile.TemporaryDirectory(prefix="rlvr-results-") as workdir:
         clone = reproduce(repo, Path(workdir), share_with_repo=True)
-        files = [LOCK, *git_kept(repo)]
+        # and the .gitignore entries DVC writes beside its cached outputs (so `git status` stays clean)
+        ignores = sorted(str(p.relative_to(clone)) for p in (clone / DATA).rglob(".gitignore"))
+        files = [LOCK, *git_kept(repo), *ignores]
         for path in files:
             (repo / path).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(clone / path, repo / path)

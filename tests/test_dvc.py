@@ -108,7 +108,7 @@ class Session:
     def step(self, name: str, *args: str) -> None:
         self.output[name] = dvc(self.repo, *args)
         self.ran[name] = stages_run(self.output[name])
-        self.metrics[name] = (self.repo / "data/08_reporting/metrics.json").read_bytes()
+        self.metrics[name] = (self.repo / "data/envs/base/08_reporting/metrics.json").read_bytes()
 
     def commit(self, name: str) -> None:
         git(self.repo, "add", "-A")
@@ -173,8 +173,8 @@ def test_changing_one_parameter_makes_only_the_stages_that_read_it_stale(session
 
 def test_metrics_and_plot_table_are_in_git_and_the_rest_in_the_dvc_cache(session):
     tracked = set(git(session.repo, "ls-files").splitlines())
-    assert {"dvc.lock", "data/08_reporting/metrics.json", "data/08_reporting/summary.json",
-            "data/08_reporting/plots/round_curves.csv"} <= tracked
+    assert {"dvc.lock", "data/envs/base/08_reporting/metrics.json", "data/envs/base/08_reporting/summary.json",
+            "data/envs/base/08_reporting/plots/round_curves.csv"} <= tracked
     assert not [p for p in tracked if p.startswith("data/") and "/rl_policy/" in p]
     status = git(session.repo, "status", "--porcelain", "--untracked-files=all", "--", "mlruns", "data")
     assert not [line for line in status.splitlines() if line.startswith("??")]  # all else is ignored
@@ -207,12 +207,12 @@ def test_experiments_rerun_from_rl_and_dvc_exp_show_tabulates_them(session):
                 data = rev["data"]
                 found[rev["name"]] = (
                     data["params"][RLVR_PARAMS]["data"]["rl"]["update"]["lr"], set(data["metrics"]),
-                    data["metrics"]["data/08_reporting/summary.json"]["data"],
+                    data["metrics"]["data/envs/base/08_reporting/summary.json"]["data"],
                 )
     for name, lr in EXPERIMENTS.items():
         assert session.ran[name] == ["rl", "evaluate", "report"]
         assert found[name][0] == lr
-        assert found[name][1] == {"data/08_reporting/summary.json"}  # the table's metrics: the summary only
+        assert found[name][1] == {"data/envs/base/08_reporting/summary.json"}  # the table's metrics: the summary only
         assert set(found[name][2]) == {"greedy", "pass@2", "val"} and set(found[name][2]["greedy"]) == {"sft", "rl"}
     # The readable table: the experiments, the parameters they changed and the headline numbers.
     table = session.output["exp show --only-changed"].splitlines()

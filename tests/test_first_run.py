@@ -98,6 +98,19 @@ def test_the_clone_stays_clean(first_run):
     assert (first_run.clone / "pyproject.toml").read_bytes() == first_run.pyproject  # no telemetry project id
 
 
+def test_a_run_with_other_parameters_leaves_the_committed_reference_results_alone(first_run):
+    # README: `kedro run --pipelines=rl,evaluate,report --params=...` re-runs RL with other settings. It writes
+    # data/ like any plain run; the committed results are DVC's (`--env=base`, data/envs/base), which it never touches.
+    committed = (first_run.clone / "data/envs/base/08_reporting/metrics.json").read_bytes()
+    done = subprocess.run([sys.executable, "-m", "kedro", "run", "--pipelines=rl,evaluate", "--params=rl.rounds=1"],
+                          cwd=first_run.clone, env=user_environment(), capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    report = json.loads((first_run.clone / "data/08_reporting/metrics.json").read_text())
+    assert len(report["round_history"]) == 1  # this run's report, in data/
+    assert (first_run.clone / "data/envs/base/08_reporting/metrics.json").read_bytes() == committed
+    assert git(first_run.clone, "status", "--porcelain", "--untracked-files=all") == ""
+
+
 def _run(first_run: FirstRun):
     client = MlflowClient(tracking_uri=f"sqlite:///{first_run.clone}/mlruns/mlflow.db")
     (run,) = client.search_runs([client.get_experiment_by_name("rlvr_factory").experiment_id])

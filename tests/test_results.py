@@ -15,8 +15,8 @@ import yaml
 from tests.project_clone import RESULTS, results
 from tests.test_dvc import dvc, git
 
-KEPT = ["data/08_reporting/metrics.json", "data/08_reporting/plots/round_curves.csv",
-        "data/08_reporting/plots/overoptimisation.csv", "data/08_reporting/summary.json"]
+KEPT = ["data/envs/base/08_reporting/metrics.json", "data/envs/base/08_reporting/plots/round_curves.csv",
+        "data/envs/base/08_reporting/plots/overoptimisation.csv", "data/envs/base/08_reporting/summary.json"]
 
 
 def _module():
@@ -48,7 +48,7 @@ def test_refresh_writes_the_lock_and_results_and_checks_the_outputs_out(refreshe
     assert "git add dvc.lock " + " ".join(KEPT) in refreshed_project.refresh.stdout
     assert git(repo, "status", "--porcelain") == ""
     assert "Data and pipelines are up to date" in dvc(repo, "status", "--with-deps", "report")  # the workspace holds what the lock says
-    summary = json.loads((repo / "data/08_reporting/summary.json").read_text())
+    summary = json.loads((repo / "data/envs/base/08_reporting/summary.json").read_text())
     assert set(summary) == {"greedy", "pass@2", "val"}  # one domain: no per-domain block
     assert results_py.CPU in refreshed_project.refresh.stdout and results_py.CPU in tracked
     assert json.loads((repo / results_py.CPU).read_text()) == results_py.cpu_fingerprint()
@@ -75,7 +75,7 @@ def drifted(refreshed_project):
 @pytest.mark.parametrize("edit, named", [
     ("conf/base/parameters_evaluate.yml", "stage evaluate: parameter evaluate.k (conf/base/parameters_evaluate.yml) modified"),
     ("src/rlvr_factory/evaluation.py", "stage evaluate: src/rlvr_factory/evaluation.py modified"),
-    ("data/08_reporting/summary.json", "stage report: data/08_reporting/summary.json modified"),
+    ("data/envs/base/08_reporting/summary.json", "stage report: data/envs/base/08_reporting/summary.json modified"),
 ])
 def test_the_fast_check_names_each_drift_and_the_fix(drifted, edit, named):
     path = drifted / edit

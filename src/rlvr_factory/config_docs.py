@@ -28,8 +28,9 @@ value of the wrong type or out of range, stops it with the key, the file that se
 valid names or values. A new setting is one field, with its comment, in the block's dataclass; then
 rerun `python -m rlvr_factory.config_docs`.
 
-An environment's run writes its data under `data/envs/ENV/` (the default run's: `data/`); the catalog
-(`conf/base/catalog.yml`) and the checkpoint folders below name that place `${data_root:}`.
+An environment's run writes its data under `data/envs/ENV/` (a plain `kedro run`'s: `data/`; DVC's stages run
+`--env=base`, so the committed results lie in `data/envs/base/`); the catalog (`conf/base/catalog.yml`) and the
+checkpoint folders below name that place `${data_root:}`.
 
 The `domain` block is the task domain's: `name` picks the domain (`domains/registry.py`), and its
 other keys are that domain's constructor arguments (`reward` and `reward_model` select a learned

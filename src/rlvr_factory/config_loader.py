@@ -8,8 +8,10 @@ key by key, except the blocks in `REPLACED` (a `domain` block names another doma
 differ), which replace base's whole; the runtime parameters are merged into the result last.
 
 Each environment's data has a place of its own: the catalog's paths start with `${data_root:}`, which
-is `data` for the default run (base, local) and `data/envs/ENV` under `--env ENV`, so a run of another
-configuration never rewrites the default run's files (the committed results among them).
+is `data` for a plain `kedro run` (the default run environment, `local`) and `data/envs/ENV` under
+`--env ENV`, so a run of another configuration never rewrites another's files. DVC's stages run the
+base configuration alone (`--env base`: a user's conf/local cannot leak into them) and so write the
+committed reference results to `data/envs/base`, where no other run writes.
 
 The merged parameters are then checked against the typed tree (`rlvr_factory.parameters`) and
 returned with every default filled in: an unknown key, or a value of the wrong type or range,
@@ -27,7 +29,7 @@ from omegaconf import OmegaConf
 from rlvr_factory.parameters import resolve
 from rlvr_factory.schema import ConfigError
 
-DATA = "data"  # the default run's data layers; other environments' lie in DATA/envs/ENV
+DATA = "data"  # a plain `kedro run`'s data layers; other environments' (DVC's `--env base` too) lie in DATA/envs/ENV
 REPLACED = ("domain",)  # parameter blocks an environment replaces whole instead of key by key
 
 
@@ -55,8 +57,8 @@ class ConfigLoader(OmegaConfigLoader):
 
     @property
     def data_root(self) -> str:
-        """Where this environment's data layers lie: `data` for the default run, `data/envs/ENV` otherwise."""
-        return data_root(self.env or self.default_run_env, (self.base_env, self.default_run_env))
+        """Where this environment's data layers lie: `data` for the default run environment, `data/envs/ENV` otherwise."""
+        return data_root(self.env or self.default_run_env, self.default_run_env)
 
     def __getitem__(self, key: str) -> dict[str, Any]:
         if key != "parameters" or key in self:
@@ -101,9 +103,10 @@ class ConfigLoader(OmegaConfigLoader):
             return {}
 
 
-def data_root(env: str | None, default_envs: tuple[str | None, ...] = ("base", "local")) -> str:
-    """The data folder of the configuration environment `env` (`data`, or `data/envs/ENV` for any but the defaults)."""
-    return DATA if env in (None, *default_envs) else f"{DATA}/envs/{env}"
+def data_root(env: str | None, default_env: str = "local") -> str:
+    """The data folder of the configuration environment `env`: `data` for the default run environment (a plain
+    `kedro run`), `data/envs/ENV` for any other (`--env base`, DVC's stages, included)."""
+    return DATA if env in (None, default_env) else f"{DATA}/envs/{env}"
 
 
 def _holds(tree: Mapping[str, Any], key: str) -> bool:
