@@ -20,6 +20,7 @@ fails here, when the session first reads its parameters, naming the key and the 
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
@@ -33,8 +34,16 @@ DATA = "data"  # a plain `kedro run`'s data layers; other environments' (DVC's `
 REPLACED = ("domain",)  # parameter blocks an environment replaces whole instead of key by key
 
 
+def _register(name: str, resolver: Any) -> None:
+    """`OmegaConf.register_new_resolver(..., replace=True)`: the call omegaconf 2.3 (the vLLM venv's) and 2.4 share;
+    2.4 deprecates it, as it does for Kedro's own calls."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"register_new_resolver\(\) is deprecated", category=UserWarning)
+        OmegaConf.register_new_resolver(name, resolver, replace=True)
+
+
 if not OmegaConf.has_resolver("data_root"):  # a plain OmegaConfigLoader on conf/ reads the default run's
-    OmegaConf.register_resolver("data_root", lambda: DATA)
+    _register("data_root", lambda: DATA)
 
 
 class ConfigLoader(OmegaConfigLoader):
@@ -53,7 +62,7 @@ class ConfigLoader(OmegaConfigLoader):
         ConfigLoader.latest = self
         # Registered per loader (Kedro registers a custom resolver only once per process): the
         # catalog this loader reads resolves to its own environment's place.
-        OmegaConf.register_resolver("data_root", lambda: self.data_root, replace=True)
+        _register("data_root", lambda: self.data_root)
 
     @property
     def data_root(self) -> str:
