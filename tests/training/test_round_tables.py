@@ -1,5 +1,7 @@
 """The rollouts and scored tables of multi-turn episodes, and the episode metrics of a round."""
 
+import math
+
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -126,3 +128,17 @@ def test_a_table_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         path.save(rollouts_frame([tool_episode(1, 0, False)], TASKS, 1, 1))
     assert path.load()["task_id"].tolist() == ["a"]  # the last whole table
+
+
+@pytest.mark.xfail(strict=True, reason="known bug, found at the end of session 28: pyarrow's from_pandas turns a NaN "
+                   "inside a struct (the verdict's reward, a turn's reward) into null, so it loads as None; fix in round_batch.to_arrow")
+def test_non_finite_rewards_and_breakdown_values_come_back_as_they_were(tmp_path):
+    # A verifier that scores nan or inf is the verifier's bug to report, not the table's to hide or refuse.
+    path = RoundTableDataset(str(tmp_path / "r.parquet"))
+    verdict = Score(float("nan"), False, "error", {"score": float("inf"), "penalty": float("-inf"), "why": "nan"})
+    episode = Episode(0, 0, [1], [Turn("x", [5], [float("-inf")], "stop", reward=float("nan"))], "done", score=verdict)
+    path.save(rollouts_frame([episode], TASKS, 0, 0))
+    row = path.load().iloc[0]
+    (loaded,) = verdicts(path.load())
+    assert math.isnan(loaded.reward) and loaded.breakdown == {"penalty": float("-inf"), "score": float("inf"), "why": "nan"}
+    assert math.isnan(row["turns"][0]["reward"]) and list(row["logprobs"]) == [float("-inf")]
