@@ -35,8 +35,9 @@ import time
 from pathlib import Path
 
 STARTED = time.monotonic()  # the child's start, for its time to the first node
+
+from rlvr_factory.round_files import round_of  # noqa: E402 (after STARTED: the child's time counts its imports)
 ROOT = Path(__file__).resolve().parents[1]
-ROUND_PREFIX = "round_"
 
 # The test suite's tiny sizes (tests/pipelines/conftest.py) with a minimal round: 1 prompt x 2 samples.
 MINIMAL = {
@@ -59,7 +60,7 @@ class Timing:
         self.first: float | None = None
         self.nodes: list[tuple[str, float, float]] = []
         self.resident: list[float] = []  # MB after each round's update
-        self.peak_growth: dict[str, float] = {}  # MB the peak resident set grew during each node (rounds' nodes summed)
+        self.peak_growth: dict[str, float] = {}  # MB the peak resident set grew during (or before) each node, rounds' summed
         self._start: dict[str, float] = {}
         self._peak = _status_mb("VmHWM")
 
@@ -68,15 +69,24 @@ class Timing:
         if self.first is None:
             self.first = now - STARTED
         self._start[node.name] = now
+        self._grew(f"before {_kind(node.name)}")  # between the previous node and this one: loading its inputs, ...
 
     def after_node_run(self, node) -> None:  # noqa: ANN001
         self.nodes.append((node.name, self._start.pop(node.name), time.monotonic()))
         if node.name.endswith(".update"):
             self.resident.append(_status_mb("VmRSS"))
+        self._grew(_kind(node.name))
+
+    def _grew(self, where: str) -> None:
         peak = _status_mb("VmHWM")
-        kind = "round_NNN." + node.name.split(".", 1)[1] if node.name.startswith(ROUND_PREFIX) else node.name
-        self.peak_growth[kind] = self.peak_growth.get(kind, 0.0) + peak - self._peak
+        if peak > self._peak:
+            self.peak_growth[where] = self.peak_growth.get(where, 0.0) + peak - self._peak
         self._peak = peak
+
+
+def _kind(name: str) -> str:
+    """A node's name with its round's as `round_NNN` (`round_003.update`: `round_NNN.update`; `round_curves` as it is)."""
+    return "round_NNN." + name.split(".", 1)[1] if round_of(name) is not None else name
 
 
 def _status_mb(field: str) -> float:
@@ -113,9 +123,9 @@ def _overhead(nodes: list[tuple[str, float, float]], rounds: int) -> dict[str, f
     """Per round, the rounds' wall time less the time inside their nodes, over the first and the last tenth."""
     by_round: dict[int, list[tuple[float, float]]] = {}
     for name, start, end in nodes:
-        index = name[len(ROUND_PREFIX):].split(".")[0]
-        if name.startswith(ROUND_PREFIX) and index.isdigit():  # `round_003.update`, not `round_curves`
-            by_round.setdefault(int(index), []).append((start, end))
+        index = round_of(name)  # `round_003.update`, not `round_curves`
+        if index is not None:
+            by_round.setdefault(index, []).append((start, end))
     window = max(1, rounds // 10)
 
     def per_round(indices: list[int]) -> float:

@@ -218,3 +218,60 @@ def test_no_library_code_restates_a_default_with_get():
             if any(given == default or (block and given == {}) for default, block in fields[node.args[0].value]):
                 found.append(f"{path.relative_to(PROJECT_ROOT)}:{node.lineno}: .get({node.args[0].value!r}, {given!r})")
     assert found == [], "\n".join(found)
+
+
+def _block_types() -> dict[str, type]:
+    """Each top-level block's dataclass (`Parameters`' fields), by its `params:` name."""
+    from rlvr_factory.schema import field_types
+
+    return {f"params:{name}": tp for name, tp in field_types(Parameters).items() if isinstance(tp, type)}
+
+
+def test_every_node_takes_its_parameter_blocks_as_their_dataclasses():
+    # Kedro hands a node the `params:rl` block as an `RLConfig` when the node's argument says so (Kedro's
+    # typed parameters), and as a dict otherwise; one node reading `rl["rounds"]` beside another reading
+    # `rl.rounds` would fail at run time. Every node of every registered pipeline says which it takes.
+    import inspect
+    from typing import get_type_hints
+
+    from kedro.pipeline import Pipeline
+
+    from rlvr_factory.pipeline_registry import register_pipelines
+
+    blocks = _block_types()
+    nodes = {n.name: n for pipeline in register_pipelines().values() if isinstance(pipeline, Pipeline) for n in pipeline.nodes}
+    checked, wrong = 0, []
+    for name, node in sorted(nodes.items()):
+        hints = get_type_hints(node.func)
+        arguments = list(inspect.signature(node.func).parameters)
+        for index, dataset in enumerate(node.inputs):
+            if dataset in blocks:
+                checked += 1
+                if hints.get(arguments[index]) is not blocks[dataset]:
+                    wrong.append(f"{name}: {arguments[index]} ({dataset}) is {hints.get(arguments[index])}, "
+                                 f"not {blocks[dataset].__name__}")
+    assert checked > 40 and wrong == [], "\n".join(wrong)
+
+
+def test_a_session_hands_nodes_whole_typed_blocks(tmp_path):
+    # Kedro builds an annotated block as `RLConfig(**mapping)`; `schema.Block` completes its nested blocks and
+    # tuples, so a node reads `rl.update.lr` and `rl.curriculum.band` is the tuple the dataclass declares.
+    from kedro.framework.session import KedroSession
+    from kedro.framework.startup import bootstrap_project
+
+    from rlvr_factory.parameters import RLConfig
+    from rlvr_factory.rollout.agent_loop import MultiTurnConfig, RolloutConfig
+    from rlvr_factory.training.grpo import UpdateConfig
+
+    bootstrap_project(PROJECT_ROOT)
+    with KedroSession.create(project_path=PROJECT_ROOT, env="base",
+                             runtime_params={"rl": {"update": {"lr": 3e-4}, "curriculum": {"band": [0.2, 0.7]}}}) as session:
+        context = session.load_context()
+        rl = context.catalog.load("params:rl")
+        assert isinstance(rl, RLConfig) and isinstance(rl.update, UpdateConfig) and rl.update.lr == 3e-4
+        assert rl.curriculum.band == (0.2, 0.7)
+        assert isinstance(context.catalog.load("params:rl.update"), UpdateConfig)
+        rollout = context.catalog.load("params:rollout")
+        assert isinstance(rollout, RolloutConfig) and isinstance(rollout.multi_turn, MultiTurnConfig)
+        # MLflow gets every key flattened as before (to_dict), never a dataclass's repr
+        assert to_dict(dict(context.params))["rl"]["curriculum"]["band"] == [0.2, 0.7]

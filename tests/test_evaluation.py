@@ -11,9 +11,10 @@ from rlvr_factory.evaluation import evaluate_policy, greedy_accuracy, majority_v
 from rlvr_factory.domains.cad import CadDomain
 from rlvr_factory.rollout.hf import SamplingConfig
 from rlvr_factory.training.sft import SFTConfig, encode_chat_examples, supervised_train
+from rlvr_factory.verification import VerifyConfig
 from tests.conftest import make_scripted_policy, make_tiny_policy
 
-VERIFY = {"workers": 1, "timeout_seconds": 5.0, "max_input_chars": 100_000}
+VERIFY = VerifyConfig(workers=1, timeout_seconds=5.0, max_input_chars=100_000)
 
 
 @pytest.mark.parametrize(

@@ -11,15 +11,17 @@ from rlvr_factory.flywheel import SOURCE, ingest, regression_set, task_id
 from rlvr_factory.json_lines import read_json_lines
 from rlvr_factory.pipelines.curate.nodes import curate_tasks
 from rlvr_factory.pipelines.flywheel.nodes import collect_regression, evaluate_regression, ingest_interactions
+from rlvr_factory.verification import VerifyConfig
+from rlvr_factory.domains.curation import TaskDecontaminationConfig
+from rlvr_factory.parameters import CurateConfig, EvaluateConfig
 from tests.conftest import make_scripted_policy
 
 DOMAIN = {"name": "arithmetic", "seed": 0, "splits": {"train": 6, "test": 3},
           "levels": {1: {"digits": 2, "operands": 2, "ops": "+"}}}
-VERIFY = {"workers": 1, "timeout_seconds": 20.0, "max_input_chars": 10_000}
-DECONTAMINATION = {"n": 4, "threshold": 0.5, "skip_domains": []}
-CURATE = {"seed": 0, "decontamination": DECONTAMINATION, "validation_from_train": 1,
-          "difficulty": {"default": 1, "model": None}}
-EVALUATE = {"seed": 0, "sampling": {"max_new_tokens": 8, "temperature": 1.0, "top_p": 1.0, "batch_size": 8}}
+VERIFY = VerifyConfig(workers=1, timeout_seconds=20.0, max_input_chars=10_000)
+DECONTAMINATION = TaskDecontaminationConfig(n=4, threshold=0.5)
+CURATE = CurateConfig(seed=0, decontamination=DECONTAMINATION, validation_from_train=1, difficulty={"default": 1})
+EVALUATE = EvaluateConfig(seed=0, sampling={"max_new_tokens": 8, "temperature": 1.0, "top_p": 1.0, "batch_size": 8})
 LONG_EVAL = "Compute the sum of the two numbers written in the quarterly ledger of the north office"
 
 

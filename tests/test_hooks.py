@@ -11,6 +11,7 @@ import pytest
 from mlflow import MlflowClient
 
 from rlvr_factory.hooks import ModelPathHook
+from rlvr_factory.parameters import ModelConfig
 from rlvr_factory.pipelines import base_model, evaluate
 from tests.conftest import make_tiny_policy
 from tests.pipelines.conftest import TINY_PARAMS, make_project, run_pipeline, tracking_uri
@@ -56,13 +57,13 @@ def test_a_directory_without_weights_is_refused_with_what_it_lacks(project, tmp_
 @pytest.mark.parametrize("name", ["embedded", "Qwen/Qwen2.5-0.5B-Instruct", "gpt2"])
 def test_hub_ids_and_the_embedded_model_are_not_checked_as_paths(name):
     hook = ModelPathHook()
-    hook._model = {"name_or_path": name}
+    hook._model = ModelConfig(name_or_path=name)
     hook.before_pipeline_run({}, base_model.create_pipeline(), None)  # no error: nothing local to check
 
 
 def test_a_run_that_does_not_build_the_base_model_does_not_check_its_path(tmp_path):
     hook = ModelPathHook()
-    hook._model = {"name_or_path": str(tmp_path / "missing")}
+    hook._model = ModelConfig(name_or_path=str(tmp_path / "missing"))
     hook.before_pipeline_run({}, evaluate.create_pipeline(), None)  # evaluation reads the stages' policies
 
 

@@ -25,8 +25,8 @@ from nbclient import NotebookClient
 from rlvr_factory.domains import get_domain, tasks_from_frame
 from rlvr_factory.evaluation import sample_verdicts
 from rlvr_factory.models.policy import load_policy
-from rlvr_factory.parameters import resolve
-from rlvr_factory.rollout.hf import SamplingConfig
+from rlvr_factory.parameters import Parameters, resolve
+from rlvr_factory.schema import parse
 from rlvr_factory.verification import verify_batch
 from tests.pipelines.conftest import PROJECT_ROOT, TINY_PARAMS, make_project, run_pipeline, tracking_uri
 from tests.test_dvc import _merge
@@ -112,9 +112,9 @@ def test_the_registered_policy_answers_as_the_pipelines_greedy_evaluation(store,
     raw: dict = {}
     for name in ("curate", "verify", "evaluate"):
         raw = _merge(raw, yaml.safe_load((store / f"conf/base/parameters_{name}.yml").read_text()))
-    params = resolve(_merge(raw, TINY_PARAMS))
-    evaluate, verify, domain = params["evaluate"], params["verify"], get_domain(params["domain"])
-    greedy = replace(SamplingConfig(**evaluate["sampling"]), temperature=0.0)
+    params = parse(Parameters, resolve(_merge(raw, TINY_PARAMS)))  # the blocks as the nodes receive them
+    verify, domain = params.verify, get_domain(params.domain)
+    greedy = replace(params.evaluate.sampling, temperature=0.0)
     # The evaluation's own greedy pass over the test split, on the last run's RL policy...
     evaluated = sample_verdicts(load_policy(store / "data/06_models/rl_policy"), tasks, domain, verify, 1, greedy, "eval")
     answers = model.predict([t.prompt for t in tasks])

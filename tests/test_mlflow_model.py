@@ -4,6 +4,7 @@ the pipeline's greedy evaluation would: chat template applied, evaluation's budg
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import mlflow
@@ -14,7 +15,7 @@ from rlvr_factory.mlflow_model import log_policy_model
 from rlvr_factory.rollout.hf import SamplingConfig, generate
 from tests.conftest import make_scripted_policy
 
-GENERATION = {"max_new_tokens": 8, "temperature": 1.0, "top_p": 1.0, "batch_size": 4}  # evaluate.sampling
+GENERATION = SamplingConfig(max_new_tokens=8, temperature=1.0, top_p=1.0, batch_size=4)  # evaluate.sampling
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,7 @@ def test_the_registered_model_applies_the_chat_template_and_returns_only_the_com
 def test_it_answers_exactly_as_the_pipelines_greedy_generation(registered):
     policy, _, _ = registered
     prompts = ["Compute 12+7", "What is 3*4?", ""]
-    greedy = SamplingConfig(max_new_tokens=GENERATION["max_new_tokens"], temperature=0.0, batch_size=GENERATION["batch_size"])
+    greedy = replace(GENERATION, temperature=0.0)
     expected, _ = generate(policy, prompts, 1, greedy)
     assert mlflow.pyfunc.load_model("models:/policy-test/1").predict(prompts) == [c.text for c in expected]
 

@@ -3,14 +3,16 @@ with the batch's pool counters and scheduler metrics."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from rlvr_factory import verification
-from rlvr_factory.verification import verify_batch
+from rlvr_factory.verification import VerifyConfig, verify_batch
 from tests.verifiers.test_pool import Scripted
 
-VERIFY = {"workers": 2, "timeout_seconds": 1.0, "max_input_chars": 1000,
-          "scheduler": {"backend": "local", "retry": {"max_attempts": 2, "retry_timeouts": False}}}
+VERIFY = VerifyConfig(workers=2, timeout_seconds=1.0, max_input_chars=1000,
+                      scheduler={"backend": "local", "retry": {"max_attempts": 2, "retry_timeouts": False}})
 
 
 class ScriptedDomain:
@@ -49,11 +51,11 @@ def test_batches_with_the_same_settings_share_one_pool_and_its_cache():
     verify_batch(ScriptedDomain(), ["ok:1"], [{"answer": "1"}], VERIFY)
     _, stats = verify_batch(ScriptedDomain(), ["ok:1"], [{"answer": "1"}], VERIFY)
     assert (stats["cached"], stats["dispatched"], stats["scheduler_submitted"]) == (1, 0, 0)
-    other = {**VERIFY, "scheduler": {"backend": "local", "retry": {"max_attempts": 3}}}
+    other = replace(VERIFY, scheduler={"backend": "local", "retry": {"max_attempts": 3}})
     verify_batch(ScriptedDomain(), ["ok:1"], [{"answer": "1"}], other)
     assert len(verification._pools) == 2
 
 
 def test_an_unknown_backend_is_refused_with_the_choices():
     with pytest.raises(ValueError, match=r"scheduler.backend: must be one of 'local', 'ray', got 'spark'"):
-        verify_batch(ScriptedDomain(), ["ok:1"], [{"answer": "1"}], {**VERIFY, "scheduler": {"backend": "spark"}})
+        verify_batch(ScriptedDomain(), ["ok:1"], [{"answer": "1"}], replace(VERIFY, scheduler={"backend": "spark"}))

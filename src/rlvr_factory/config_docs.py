@@ -25,8 +25,9 @@ library's own); `conf/base/parameters_*.yml` sets only what the pipeline runs di
 environment (`--env cad`, `conf/cad/`) or `--params=rl.rounds=2` changes single keys over that (a
 `domain` block replaces base's whole). Keys are checked when the run starts: an unknown key, or a
 value of the wrong type or out of range, stops it with the key, the file that set it and the
-valid names or values. A new setting is one field, with its comment, in the block's dataclass; then
-rerun `python -m rlvr_factory.config_docs`.
+valid names or values. Nodes receive each block as the dataclass named under it (Kedro's typed
+parameters: a node argument annotated `rl: RLConfig`). A new setting is one field, with its comment, in
+the block's dataclass; then rerun `python -m rlvr_factory.config_docs`.
 
 An environment's run writes its data under `data/envs/ENV/` (a plain `kedro run`'s: `data/`; DVC's stages run
 `--env=base`, so the committed results lie in `data/envs/base/`); the catalog (`conf/base/catalog.yml`) and the

@@ -18,6 +18,7 @@ from kedro.framework.hooks import hook_impl
 from kedro.io import MemoryDataset
 
 from rlvr_factory import distributed
+from rlvr_factory.schema import parse
 
 log = logging.getLogger(__name__)
 QUIET_LOGGERS = ("kedro", "rlvr_factory", "kedro_mlflow")
@@ -33,7 +34,7 @@ class DistributedHook:
     @hook_impl(tryfirst=True)  # before kedro-mlflow opens the tracking store
     def after_context_created(self, context) -> None:
         self._context = context
-        if not distributed.init(distributed.DistributedConfig(**(context.params.get("distributed") or {}))):
+        if not distributed.init(parse(distributed.DistributedConfig, context.params.get("distributed"), "distributed")):
             return
         if not distributed.is_main():
             os.environ["TQDM_DISABLE"] = "1"

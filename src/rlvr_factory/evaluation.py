@@ -17,7 +17,7 @@ from rlvr_factory.models.policy import Policy
 from rlvr_factory.rollout.agent_loop import RolloutConfig, sample_episodes
 from rlvr_factory.rollout.engine import SamplingConfig
 from rlvr_factory.rollout.episode import Episode
-from rlvr_factory.verification import judge
+from rlvr_factory.verification import VerifyConfig, judge
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -56,7 +56,7 @@ class Verdict:
 
 
 def sample_verdicts(
-    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, samples: int, sampling: SamplingConfig,
+    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: VerifyConfig, samples: int, sampling: SamplingConfig,
     desc: str, rollout: RolloutConfig | None = None,
 ) -> list[list[Verdict]]:
     """For each task, each of its `samples` episodes' verdict."""
@@ -77,7 +77,7 @@ def _answer(episode: Episode) -> str:
 
 
 def correctness(
-    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, samples: int, sampling: SamplingConfig,
+    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: VerifyConfig, samples: int, sampling: SamplingConfig,
     desc: str, rollout: RolloutConfig | None = None,
 ) -> list[list[bool]]:
     """For each task, whether each of its `samples` episodes is correct."""
@@ -85,7 +85,7 @@ def correctness(
 
 
 def pass_rates(
-    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, samples: int, sampling: SamplingConfig,
+    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: VerifyConfig, samples: int, sampling: SamplingConfig,
     rollout: RolloutConfig | None = None,
 ) -> dict[str, float]:
     """Each task's fraction of correct episodes (by task id)."""
@@ -94,7 +94,7 @@ def pass_rates(
 
 
 def greedy_solved(
-    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, sampling: SamplingConfig,
+    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: VerifyConfig, sampling: SamplingConfig,
     rollout: RolloutConfig | None = None,
 ) -> int:
     """How many of `tasks` the greedy episode solves (0 for none, without sampling)."""
@@ -105,7 +105,7 @@ def greedy_solved(
 
 
 def greedy_accuracy(
-    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, sampling: SamplingConfig,
+    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: VerifyConfig, sampling: SamplingConfig,
     rollout: RolloutConfig | None = None,
 ) -> float:
     """Fraction of tasks solved by the greedy episode."""
@@ -127,7 +127,7 @@ def _groups(tasks: Sequence[Task], turns: Sequence[int] | None = None) -> dict[s
 
 
 def evaluate_policy(
-    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: dict, sampling: SamplingConfig, k: int,
+    policy: Policy, tasks: Sequence[Task], domain: Domain, verify: VerifyConfig, sampling: SamplingConfig, k: int,
     rollout: RolloutConfig | None = None,
 ) -> dict[str, float]:
     """Greedy accuracy, sampled pass@1 / pass@k and maj@k over whole episodes, overall and as

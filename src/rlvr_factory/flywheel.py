@@ -33,8 +33,10 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from rlvr_factory.domains.base import Domain, Task
-from rlvr_factory.domains.curation import decontaminate, deduplicate, members, quarantine_record, validate_row
-from rlvr_factory.verification import verify_batch
+from rlvr_factory.domains.curation import (
+    DecontaminationConfig, decontaminate, deduplicate, members, quarantine_record, validate_row,
+)
+from rlvr_factory.verification import VerifyConfig, verify_batch
 from rlvr_factory.verifiers.score import Score
 
 SOURCE = "flywheel"
@@ -114,7 +116,7 @@ def _read(row: Any, domain: Domain) -> tuple[Task | None, dict | None]:
 
 
 def _new_and_clean(
-    candidates: Sequence[Task], pool: Sequence[Task], evaluation: Sequence[Task], decontamination: Mapping[str, Any],
+    candidates: Sequence[Task], pool: Sequence[Task], evaluation: Sequence[Task], decontamination: DecontaminationConfig,
 ) -> tuple[list[Task], list[dict]]:
     """The candidates that are neither in the pool or evaluation set, nor duplicates of each other, nor
     restatements of an evaluation prompt; and the quarantine records of the rest."""
@@ -126,7 +128,7 @@ def _new_and_clean(
     fresh = [t for t in kept if t.task_id in new_ids and t.source == SOURCE]
     held += [dict(d, stage="duplicate") for d in duplicates if d["task_id"] in new_ids]
     evaluation_ids = {t.task_id for t in evaluation}
-    clean, contaminated = decontaminate([*evaluation, *fresh], decontamination["n"], decontamination["threshold"])
+    clean, contaminated = decontaminate([*evaluation, *fresh], decontamination.n, decontamination.threshold)
     held += [dict(c, stage="contaminated") for c in contaminated]
     return [t for t in clean if t.task_id not in evaluation_ids], held
 
@@ -162,7 +164,7 @@ def _refutation(itself: Score | None, logged: Score, outcome: Any) -> tuple[str,
 
 
 def _verified(
-    tasks: Sequence[Task], logged: Mapping[str, Mapping[str, Any]], domain: Domain, verify: Mapping[str, Any],
+    tasks: Sequence[Task], logged: Mapping[str, Mapping[str, Any]], domain: Domain, verify: VerifyConfig,
 ) -> tuple[list[Task], list[dict], dict[str, Score]]:
     """The tasks whose reference the verifier confirms, the quarantine records of the others, and the
     score of each task's logged completion (by task id)."""
@@ -170,7 +172,7 @@ def _verified(
     checked = [t for t in tasks if answers[t.task_id] is not None]
     completions = [logged[t.task_id]["completion"] for t in tasks] + [answers[t.task_id] for t in checked]
     references = [t.reference for t in tasks] + [t.reference for t in checked]
-    scores = verify_batch(domain, completions, references, dict(verify))[0] if tasks else []
+    scores = verify_batch(domain, completions, references, verify)[0] if tasks else []
     itself = dict(zip([t.task_id for t in checked], scores[len(tasks):]))
     kept, held = [], []
     for task, score in zip(tasks, scores):
@@ -184,7 +186,7 @@ def _verified(
 
 def ingest(
     interactions: Sequence[Any], pool: Sequence[Task], evaluation: Sequence[Task], domain: Domain,
-    verify: Mapping[str, Any], decontamination: Mapping[str, Any],
+    verify: VerifyConfig, decontamination: DecontaminationConfig,
 ) -> Ingested:
     """New train tasks from `interactions` (see the module docstring), checked against the current
     task `pool` (duplicates) and the `evaluation` tasks (contamination)."""

@@ -19,9 +19,11 @@ from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 
 from rlvr_factory import cpu_huge_pages, pipeline_registry, summary, tracking
 from rlvr_factory.models.policy import MODEL_DIR_CONTENTS, has_chat_template, looks_local, model_dir_problem
+from rlvr_factory.parameters import ModelConfig
 from rlvr_factory.pipelines.rl.pipeline import RLShape
 from rlvr_factory.round_files import ROUND, round_name, round_of
 from rlvr_factory.rollout.background import close_background_engines, forget_rollouts_ahead
+from rlvr_factory.schema import parse, to_dict
 
 log = logging.getLogger(__name__)
 EMBEDDED_MODEL = "embedded"
@@ -51,16 +53,16 @@ class ModelPathHook:
     chat template while `model.chat_template` gives none."""
 
     def __init__(self) -> None:
-        self._model: dict = {}
+        self._model = ModelConfig()
 
     @hook_impl
     def after_context_created(self, context) -> None:
-        self._model = dict(context.params.get("model") or {})
+        self._model = parse(ModelConfig, context.params.get("model"), "model")
 
     @hook_impl(tryfirst=True)  # before kedro-mlflow starts a run that would then hang as RUNNING
     def before_pipeline_run(self, run_params, pipeline, catalog) -> None:
-        name = self._model.get("name_or_path")
-        if name is None or str(name) == EMBEDDED_MODEL or not looks_local(name):
+        name = self._model.name_or_path
+        if str(name) == EMBEDDED_MODEL or not looks_local(name):
             return
         if not any(n.name == "prepare_base_model" for n in pipeline.nodes):
             return  # this run takes its policies from earlier stages' outputs
@@ -70,7 +72,7 @@ class ModelPathHook:
                 f"model.name_or_path is {name}, and {problem}; {MODEL_DIR_CONTENTS}. Point it at such a "
                 f"directory, a hub id (`org/name`, needs network access), or `{EMBEDDED_MODEL}` (the built-in tiny model)."
             )
-        if self._model.get("chat_template") is None and not has_chat_template(name):
+        if self._model.chat_template is None and not has_chat_template(name):
             raise ValueError(
                 f"the tokenizer of model.name_or_path {name} has no chat template, which prompts are rendered with; "
                 "set model.chat_template (plain: the prompt, a newline and the answer, for a base model such as GPT-2)"
@@ -221,8 +223,8 @@ class MlflowParamsOnceHook(MlflowHook):
 
     @hook_impl
     def before_node_run(self, node, catalog, inputs: dict[str, Any], is_async: bool) -> None:
-        fresh = {k: v for k, v in inputs.items() if (k.startswith("params:") or k == "parameters")
-                 and k not in self._params_logged}
+        fresh = {k: to_dict(v) for k, v in inputs.items() if (k.startswith("params:") or k == "parameters")
+                 and k not in self._params_logged}  # typed blocks (Kedro's typed parameters) logged as their keys
         active = mlflow.active_run()
         if not fresh and active is not None and active.info.run_id == self.run_id:
             return
@@ -246,7 +248,7 @@ class MlflowLineageHook:
     @hook_impl
     def after_context_created(self, context) -> None:
         self._project_path = context.project_path
-        self._params = dict(context.params)
+        self._params = to_dict(dict(context.params))  # typed blocks as their keys, as kedro-mlflow names them
 
     @hook_impl(trylast=True)  # after kedro-mlflow's hook has started the run
     def before_pipeline_run(self, run_params, pipeline, catalog) -> None:

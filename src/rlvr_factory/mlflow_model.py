@@ -55,7 +55,7 @@ def _requirements() -> list[str]:
 
 
 def log_policy_model(
-    policy: Policy, registered_name: str | None, metrics: Mapping[str, float], generation: Mapping[str, Any]
+    policy: Policy, registered_name: str | None, metrics: Mapping[str, float], generation: SamplingConfig
 ) -> ModelInfo:
     """Log `policy` as a `PolicyModel` (from code: `mlflow_model_code.py`) in the active run, with `generation` (`max_new_tokens`,
     `batch_size`) as its settings and `metrics` attached, and register it as `registered_name`
@@ -66,7 +66,7 @@ def log_policy_model(
     run = mlflow.active_run()
     if run is None:
         raise RuntimeError("no active MLflow run to log the policy in; start one (kedro-mlflow does) first")
-    config = {k: int(generation[k]) for k in PARAMS if k in generation}
+    config = {k: int(getattr(generation, k)) for k in PARAMS}
     with tempfile.TemporaryDirectory() as tmp:
         save_policy(policy, Path(tmp) / ARTIFACT)
         info = mlflow.pyfunc.log_model(

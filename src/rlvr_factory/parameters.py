@@ -4,8 +4,11 @@ Each block is a dataclass; its fields hold the only copy of each default (the li
 dataclasses for the leaves: `UpdateConfig`, `SamplingConfig`, `SFTConfig`, `RolloutConfig`,
 `RetryPolicy`, ...), and the YAML overrides them. `resolve(params)` checks a merged parameter
 dict against the tree (unknown keys, types, ranges) and returns it with every default filled
-in, which is what the nodes receive. A new setting is one field (with its comment, which
-`docs/configuration.md` shows) in the block's dataclass.
+in: the project's config loader gives Kedro that. Nodes receive the blocks typed, through Kedro's
+typed parameters: a node argument annotated `rl: RLConfig` gets `params:rl` as an `RLConfig`
+(`schema.Block` completes its nested blocks), so nodes and the library functions they call read
+`rl.update.lr`, never `rl["update"]["lr"]`; every node annotates every block it reads (a test checks).
+A new setting is one field (with its comment, which `docs/configuration.md` shows) in the block's dataclass.
 
 The `domain` block is the one exception: its keys are the constructor arguments of the domain
 its `name` picks (`domains/registry.py`), checked against that constructor's signature.
@@ -23,21 +26,21 @@ from rlvr_factory.domains.registry import domain_factory
 from rlvr_factory.models.lora import LoraSettings
 from rlvr_factory.models.policy import DTYPES
 from rlvr_factory.models.tiny import CopyWarmupConfig, TinyModelConfig
-from rlvr_factory.preferences.synthetic import SyntheticPairs
+from rlvr_factory.domains.curation import TaskDecontaminationConfig
+from rlvr_factory.preferences.sources import PreferencesConfig
 from rlvr_factory.rollout.agent_loop import RolloutConfig
 from rlvr_factory.rollout.dynamic import DynamicSampling
 from rlvr_factory.rollout.engine import SamplingConfig
-from rlvr_factory.scheduler import SchedulerConfig
 from rlvr_factory.schema import (
-    ConfigError, Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Range, parse, to_dict,
-    unknown_key,
+    Block, ConfigError, Fraction, NonNegativeInt, PositiveFloat, PositiveInt, Range, parse, to_dict, unknown_key,
 )
 from rlvr_factory.rl.preference import PREFERENCE_LOSSES
-from rlvr_factory.training.domain_levels import LevelSettings
+from rlvr_factory.training.domain_levels import CurriculumConfig
 from rlvr_factory.training.grpo import UpdateConfig
 from rlvr_factory.training.lm import SCHEDULES
 from rlvr_factory.training.pairs import PairTrainConfig
 from rlvr_factory.training.sft import SFTConfig
+from rlvr_factory.verification import VerifyConfig
 
 DOMAIN_EXTRA_KEYS = ("name", "reward", "reward_model")  # read by the registry, not the domain's constructor
 
@@ -53,24 +56,13 @@ class EmbeddedModelConfig:
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(Block):
     name_or_path: str = "embedded"  # embedded (the built-in ~1M-parameter Llama) | a local HF model directory | a hub id
     device: str = "auto"  # auto (a GPU when there is one) | cpu | cuda | cuda:0 ...
     dtype: Literal[DTYPES] = "float32"  # weights' precision (auto: the checkpoint's own)
     chat_template: str | None = None  # null: the tokenizer's own | plain (prompt, newline, answer, EOS: for base models) | chatml | a Jinja template
     lora: LoraSettings = field(default_factory=LoraSettings)  # RL trains LoRA adapters through PEFT (Hu et al. 2021)
     embedded: EmbeddedModelConfig = field(default_factory=EmbeddedModelConfig)  # the embedded model (name_or_path: embedded)
-
-
-@dataclass(frozen=True)
-class DecontaminationConfig:
-    n: PositiveInt = 8  # word n-gram length
-    threshold: Fraction = 0.5  # a train prompt sharing >= this share of its n-grams with one eval prompt, or its numbers and operators and >= this share of its content words (docs/domains.md), is removed
-
-
-@dataclass(frozen=True)
-class TaskDecontaminationConfig(DecontaminationConfig):
-    skip_domains: list[str] = field(default_factory=list)  # domains left alone ("*": all; generated domains draw disjoint splits)
 
 
 @dataclass(frozen=True)
@@ -84,7 +76,7 @@ class DifficultyConfig:
 
 
 @dataclass(frozen=True)
-class CurateConfig:
+class CurateConfig(Block):
     seed: int = 0  # validation carving and weighted mixing
     decontamination: TaskDecontaminationConfig = field(default_factory=TaskDecontaminationConfig)  # train vs eval prompts
     validation_from_train: NonNegativeInt = 100  # per domain whose sources have no validation split
@@ -93,7 +85,7 @@ class CurateConfig:
 
 
 @dataclass(frozen=True)
-class SFTBlockConfig:
+class SFTBlockConfig(Block):
     seed: int = 0  # which demonstrations answer directly
     num_examples: PositiveInt = 500  # demonstrations taken from the train split
     direct_answer_fraction: Fraction = 0.6  # share of demonstrations giving the answer alone instead of the worked solution
@@ -103,17 +95,7 @@ class SFTBlockConfig:
 
 
 @dataclass(frozen=True)
-class CurriculumConfig:
-    enabled: bool = False  # prompts chosen by their online pass rate; false: a seeded uniform sample of the train split
-    band: tuple[Fraction, Fraction] = (0.1, 0.9)  # target pass-rate band [low, high]; unseen tasks count as in band
-    band_fraction: Fraction = 0.8  # share of prompts from the band; the rest refresh the others' estimates
-    difficulty_weights: dict[int, NonNegativeFloat] | None = None  # e.g. {1: 1, 2: 1, 3: 2, 4: 2}: share of each level; null: by level size
-    pass_rate_ema: Fraction = 0.5  # weight of the newest round in each task's pass-rate estimate (tracked always)
-    levels: LevelSettings = field(default_factory=LevelSettings)  # per-domain levels (docs/domain_scale.md)
-
-
-@dataclass(frozen=True)
-class RLConfig:
+class RLConfig(Block):
     rounds: PositiveInt = 20  # rounds the round loop runs (round_000 ...); `--params=rl.rounds=2` runs exactly 2
     resume_from: NonNegativeInt = 0  # a killed run resumes at this round, one right after a checkpoint: kedro run --from-nodes=round.rollout --params=rl.resume_from=N
     seed: int = 0  # every round's seed derives from it
@@ -131,19 +113,11 @@ class RLConfig:
 
 
 @dataclass(frozen=True)
-class EvaluateConfig:
+class EvaluateConfig(Block):
     seed: int = 0  # sampling seed of pass@k
     k: PositiveInt = 8  # samples per task for pass@k
     validation_size: PositiveInt = 400  # validation tasks scored (greedy) after each round
     sampling: SamplingConfig = field(default_factory=SamplingConfig)  # evaluation sampling
-
-
-@dataclass(frozen=True)
-class VerifyConfig:
-    workers: PositiveInt = 2  # scheduler workers (started only when a symbolic check is needed)
-    timeout_seconds: PositiveFloat = 5.0  # wall-clock limit of one check; overruns score 0, status timeout
-    max_input_chars: PositiveInt = 100000  # longer completions score 0 with status error, unchecked
-    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)  # where the checks run
 
 
 @dataclass(frozen=True)
@@ -158,7 +132,7 @@ class PartViewsConfig:
 
 
 @dataclass(frozen=True)
-class ReportConfig:
+class ReportConfig(Block):
     register_model: bool = True  # register the final policy in the MLflow Model Registry (it is always logged)
     registered_model_name: str = "rlvr-policy"  # its name in the Model Registry (each run adds a version)
     rollout_sample: RolloutSampleConfig = field(default_factory=RolloutSampleConfig)  # logged as report/rollout_sample.json
@@ -166,19 +140,7 @@ class ReportConfig:
 
 
 @dataclass(frozen=True)
-class PreferencesConfig:
-    sources: dict[str, Any] | None = None  # null: the embedded pairs; else split -> path (JSONL/Parquet) or HF dataset
-    format: Literal["auto", "native", "conversational", "ultrafeedback", "hh"] = "auto"  # record format of the sources
-    limit: dict[str, NonNegativeInt] = field(default_factory=dict)  # split -> at most this many records
-    max_length: PositiveInt | None = None  # tokens of prompt + completion a pair may have; null: the base model's context
-    validation_from_train: NonNegativeInt = 200  # pairs moved from train to validation when the sources hold none out
-    seed: int = 0  # validation carving
-    decontamination: DecontaminationConfig = field(default_factory=DecontaminationConfig)  # train pairs vs eval prompts
-    embedded: SyntheticPairs = field(default_factory=SyntheticPairs)  # the embedded pairs: worked demonstration vs a flawed one
-
-
-@dataclass(frozen=True)
-class DPOBlockConfig:
+class DPOBlockConfig(Block):
     loss: Literal[PREFERENCE_LOSSES] = "dpo"  # dpo (Rafailov et al. 2023) | ipo (Azar et al. 2023)
     beta: PositiveFloat = 0.1  # KL anchor to the reference (IPO's tau)
     label_smoothing: Fraction = 0.0  # eps, the assumed share of flipped labels (conservative DPO); dpo only
@@ -188,7 +150,7 @@ class DPOBlockConfig:
 
 
 @dataclass(frozen=True)
-class RewardModelBlockConfig:
+class RewardModelBlockConfig(Block):
     backbone: str = "policy"  # policy: the SFT policy | an HF sequence-classification model (head: scalar) or causal LM (head: implicit)
     head: Literal["scalar", "implicit"] = "scalar"  # scalar: a fresh scalar head on the backbone | implicit: r = beta log(pi / pi_ref), pi trained from the backbone, pi_ref its frozen copy
     beta: PositiveFloat = 0.1  # head: implicit, the scale of the log-ratio reward

@@ -13,6 +13,11 @@ comment (the documentation, see `field_docs`). `parse(cls, data, key)` builds it
   (`POSITIVE_NAME`: `timeout...`, `..._s`, `workers`, `..._threads`) must be above 0.
 
 `to_dict(obj)` writes the block back as plain data, every default filled in.
+
+A top-level block (`rl`, `rollout`, ...) is a `Block`: nodes receive it typed through Kedro's typed
+parameters (a node argument annotated `rl: RLConfig` gets the `params:rl` block as an `RLConfig`);
+Kedro builds it as `RLConfig(**mapping)` from the project loader's checked parameters, and
+`Block.__post_init__` completes the nested blocks, tuples and dicts as `parse` would.
 """
 
 from __future__ import annotations
@@ -113,8 +118,27 @@ def unknown_key(key: str, name: str, valid: list[str], owner: str) -> ConfigErro
     )
 
 
+class Block:
+    """A parameter block Kedro hands to nodes typed (a dataclass mixin; see the module doc).
+
+    Kedro's typed parameters build an annotated block as `cls(**mapping)`, which leaves its nested
+    blocks as mappings and its tuples as lists; `__post_init__` converts them as `parse` does, so a
+    node reads `rl.update.lr`, never `rl["update"]["lr"]`. A subclass's own `__post_init__` calls this one.
+    """
+
+    def __post_init__(self) -> None:
+        hints = _hints(type(self))
+        for field in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, field.name)
+            if isinstance(value, (Mapping, list)) and field.name in hints:
+                object.__setattr__(self, field.name, _value(hints[field.name], value, field.name))
+
+
 def parse(cls: type, data: Mapping[str, Any] | None, key: str = "") -> Any:
-    """An instance of the dataclass `cls` from `data`, every key and value checked (see module doc)."""
+    """An instance of the dataclass `cls` from `data`, every key and value checked (see module doc);
+    `data` may be one already (a block a node received typed)."""
+    if isinstance(data, cls):
+        return data
     if data is None:
         data = {}
     if not isinstance(data, Mapping):

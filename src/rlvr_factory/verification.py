@@ -4,8 +4,8 @@ One pool per verifier configuration lives for the whole process: its workers sta
 symbolic check is first needed and then serve every later batch (rollouts of each round,
 validation, evaluation), and its cache spans the run. The pools close at exit.
 
-The `verify` parameters: `workers`, `timeout_seconds`, `max_input_chars`, and `scheduler`
-(`backend`: local|ray, `retry`, `ray`: {address, num_cpus}, ...; see
+The `verify` parameters are a `VerifyConfig`: `workers`, `timeout_seconds`, `max_input_chars`, and
+`scheduler` (`backend`: local|ray, `retry`, `ray`: {address, num_cpus}, ...; see
 `rlvr_factory.scheduler.create_scheduler`).
 """
 
@@ -15,28 +15,38 @@ import atexit
 import json
 import pickle
 import threading
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from rlvr_factory import distributed
 from rlvr_factory.domains.base import Domain
+from rlvr_factory.scheduler import SchedulerConfig
+from rlvr_factory.schema import Block, PositiveFloat, PositiveInt, to_dict
 from rlvr_factory.verifiers.pool import Verifier, VerifierPool
 from rlvr_factory.verifiers.score import Score
+
+@dataclass(frozen=True)
+class VerifyConfig(Block):
+    workers: PositiveInt = 2  # scheduler workers (started only when a symbolic check is needed)
+    timeout_seconds: PositiveFloat = 5.0  # wall-clock limit of one check; overruns score 0, status timeout
+    max_input_chars: PositiveInt = 100000  # longer completions score 0 with status error, unchecked
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)  # where the checks run
+
 
 _pools: dict[tuple[bytes, int, float, int, str], VerifierPool] = {}
 _BATCHES = threading.RLock()  # one verify_batch at a time in this process
 
 
-def shared_pool(verifier: Verifier, verify: dict[str, Any]) -> VerifierPool:
+def shared_pool(verifier: Verifier, verify: VerifyConfig) -> VerifierPool:
     """The process's pool for this verifier and `verify` settings, created on first use."""
-    scheduler = verify.get("scheduler") or {}
     key = (
-        pickle.dumps(verifier), verify["workers"], verify["timeout_seconds"], verify["max_input_chars"],
-        json.dumps(scheduler, sort_keys=True),
+        pickle.dumps(verifier), verify.workers, verify.timeout_seconds, verify.max_input_chars,
+        json.dumps(to_dict(verify.scheduler), sort_keys=True),
     )
     if key not in _pools:
         _pools[key] = VerifierPool(
-            verifier, workers=verify["workers"], timeout=verify["timeout_seconds"],
-            max_input_chars=verify["max_input_chars"], scheduler=scheduler,
+            verifier, workers=verify.workers, timeout=verify.timeout_seconds,
+            max_input_chars=verify.max_input_chars, scheduler=verify.scheduler,
         )
     return _pools[key]
 
@@ -49,7 +59,7 @@ def close_pools() -> None:
 
 
 def verify_batch(
-    domain: Domain, completions: Sequence[str], references: Sequence[dict[str, Any]], verify: dict[str, Any]
+    domain: Domain, completions: Sequence[str], references: Sequence[dict[str, Any]], verify: VerifyConfig
 ) -> tuple[list[Score], dict[str, float]]:
     """Scores for each (completion, reference) pair, in order, and this batch's operational stats:
     the pool's counters and, as `scheduler_<metric>`, the scheduler's over the batch (jobs per
@@ -73,7 +83,7 @@ def verify_batch(
 
 def judge(
     domain: Domain, verdicts: Sequence[Score | None], answers: Sequence[str | None],
-    references: Sequence[dict[str, Any]], verify: dict[str, Any],
+    references: Sequence[dict[str, Any]], verify: VerifyConfig,
 ) -> tuple[list[Score], dict[str, float]]:
     """Each finished episode's verdict: its environment's own, or (where that is None) the domain's
     verifier's on the episode's answer, those checked in one `verify_batch`; and that batch's stats."""
@@ -85,7 +95,7 @@ def judge(
 
 def judge_sharded(
     domain: Domain, verdicts: Sequence[Score | None], answers: Sequence[str | None],
-    references: Sequence[dict[str, Any]], verify: dict[str, Any],
+    references: Sequence[dict[str, Any]], verify: VerifyConfig,
 ) -> tuple[list[Score], dict[str, float]]:
     """`judge`, each data-parallel rank judging its share of the episodes: every episode's verdict, on
     every rank, and the stats of this rank's share (with one process, `judge` itself)."""

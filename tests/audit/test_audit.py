@@ -17,10 +17,12 @@ from rlvr_factory.domains.base import AnswerForm
 from rlvr_factory.domains.curation import members, quarantine_frame, validate
 from rlvr_factory.pipelines.curate.nodes import audit_rewards
 from rlvr_factory.verifiers.canonical import canonical
+from rlvr_factory.parameters import CurateConfig
+from rlvr_factory.verification import VerifyConfig
 from tests.audit.lenient import LenientDomain
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-VERIFY = {"workers": 2, "timeout_seconds": 10.0, "max_input_chars": 100_000}
+VERIFY = VerifyConfig(workers=2, timeout_seconds=10.0, max_input_chars=100_000)
 LENIENT = "tests.audit.lenient:LenientDomain"
 
 
@@ -71,7 +73,7 @@ def test_the_sample_spreads_over_splits_and_is_the_same_every_time():
 def test_the_curate_node_quarantines_a_failing_domains_tasks_with_the_reason():
     domain = LenientDomain("truthy")
     tasks = tasks_to_frame(domain.generate_tasks())
-    params = {"audit": {"enabled": True, "tasks_per_group": 2, "quarantine": True}}
+    params = CurateConfig(audit={"enabled": True, "tasks_per_group": 2, "quarantine": True})
     kept, quarantine, report, metrics = audit_rewards(tasks, quarantine_frame([]), {"name": LENIENT, "flaw": "truthy"},
                                                       params, VERIFY)
     assert kept.empty and len(quarantine) == len(tasks)
@@ -81,11 +83,11 @@ def test_the_curate_node_quarantines_a_failing_domains_tasks_with_the_reason():
 
 def test_the_curate_node_keeps_a_passing_domains_table_as_it_was():
     tasks = tasks_to_frame(LenientDomain("none").generate_tasks())
-    params = {"audit": {"enabled": True, "tasks_per_group": 2, "quarantine": True}}
+    params = CurateConfig(audit={"enabled": True, "tasks_per_group": 2, "quarantine": True})
     kept, quarantine, report, _ = audit_rewards(tasks, quarantine_frame([]), {"name": LENIENT}, params, VERIFY)
     assert kept is tasks and quarantine.empty and report["failing"] == {}
     off = audit_rewards(tasks, quarantine_frame([]), {"name": LENIENT, "flaw": "truthy"},
-                        {"audit": {"enabled": False, "tasks_per_group": 2, "quarantine": True}}, VERIFY)
+                        CurateConfig(audit={"enabled": False, "tasks_per_group": 2, "quarantine": True}), VERIFY)
     assert off[0] is tasks and off[2] == {"enabled": False}
 
 

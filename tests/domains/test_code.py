@@ -10,11 +10,11 @@ import pytest
 from rlvr_factory.domains import get_domain, tasks_from_frame, tasks_to_frame
 from rlvr_factory.domains.code import CodeDomain, read_rows, row_to_task
 from rlvr_factory.domains.code_tasks import BUILTIN_TASKS
-from rlvr_factory.verification import verify_batch
+from rlvr_factory.verification import VerifyConfig, verify_batch
 from tests.pipelines.conftest import round_table
 from tests.sandbox.procs import needs_bwrap
 
-VERIFY = {"workers": 2, "timeout_seconds": 20.0, "max_input_chars": 100_000}
+VERIFY = VerifyConfig(workers=2, timeout_seconds=20.0, max_input_chars=100_000)
 HUMANEVAL_ROW = {"task_id": "HE/0", "prompt": 'def inc(x):\n    """Add one."""\n', "canonical_solution": "    return x + 1\n",
                  "test": "def check(candidate):\n    assert candidate(1) == 2\n", "entry_point": "inc"}
 MBPP_ROW = {"task_id": 7, "prompt": "Write a function to double a number.", "code": "def double(x):\n    return 2 * x",

@@ -12,6 +12,7 @@ from rlvr_factory.rollout.agent_loop import RolloutConfig
 from rlvr_factory.rollout.engine import SamplingConfig
 from rlvr_factory.training.lm import seed_everything
 from rlvr_factory.training.sft import SFTConfig, encode_demonstrations, supervised_train
+from rlvr_factory.verification import VerifyConfig
 from tests.conftest import make_tiny_policy
 
 
@@ -42,7 +43,7 @@ def policy():
 
 DOMAIN = CodeRepairDomain(sources=[], max_turns=2)
 ROLLOUT = RolloutConfig(max_turns=2, max_context_tokens=256)
-VERIFY = {"workers": 1, "timeout_seconds": 10.0, "max_input_chars": 100_000, "scheduler": {}}
+VERIFY = VerifyConfig(workers=1, timeout_seconds=10.0, max_input_chars=100_000, scheduler={})
 SAMPLING = SamplingConfig(max_new_tokens=80, temperature=1.0)
 
 

@@ -5,11 +5,11 @@ from pathlib import Path
 
 from rlvr_factory.rollout.agent_loop import RolloutConfig, sample_episodes
 from rlvr_factory.rollout.engine import SamplingConfig
-from rlvr_factory.verification import judge
+from rlvr_factory.verification import VerifyConfig, judge
 from tests.conftest import make_scripted_policy
 
 DOC = Path(__file__).resolve().parents[2] / "docs/environments.md"
-VERIFY = {"workers": 1, "timeout_seconds": 5.0, "max_input_chars": 100_000}
+VERIFY = VerifyConfig(workers=1, timeout_seconds=5.0, max_input_chars=100_000)
 
 
 def documented_example() -> dict:

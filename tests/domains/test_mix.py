@@ -4,11 +4,11 @@ import json
 import pickle
 
 from rlvr_factory.domains import DomainMix, get_domain
-from rlvr_factory.verification import verify_batch
+from rlvr_factory.verification import VerifyConfig, verify_batch
 from rlvr_factory.verifiers.pool import VerifierPool
 
 LEVELS = {1: {"digits": 1, "operands": 2, "ops": "+"}, 2: {"digits": 2, "operands": 2, "ops": "+"}}
-VERIFY = {"workers": 1, "timeout_seconds": 20.0, "max_input_chars": 10_000}
+VERIFY = VerifyConfig(workers=1, timeout_seconds=20.0, max_input_chars=10_000)
 
 
 def make_mix(tmp_path, arithmetic_weight=3.0):

@@ -1,6 +1,8 @@
 """reasoning-gym as a domain source: families by name, levels from their curricula, each its own domain,
 and generators that raise, hang or give bad items quarantined while the rest carry on."""
 
+from dataclasses import replace
+
 import pytest
 
 pytest.importorskip("reasoning_gym", reason="reasoning-gym is the `reasoning-gym` extra: pip install -e '.[reasoning-gym]'")
@@ -10,11 +12,12 @@ from rlvr_factory.domains.reasoning_gym import (  # noqa: E402
     EXCLUDED, ReasoningGymDomain, available_families, level_config, resolve_families,
 )
 from rlvr_factory.rollout.agent_loop import RolloutConfig  # noqa: E402
-from rlvr_factory.verification import verify_batch  # noqa: E402
+from rlvr_factory.verification import VerifyConfig, verify_batch  # noqa: E402
+from rlvr_factory.domains.curation import TaskDecontaminationConfig  # noqa: E402
 
 SPLITS = {"train": 4, "test": 2}
 GENERATION = {"workers": 1, "timeout_seconds": 60}
-VERIFY = {"workers": 1, "timeout_seconds": 20.0, "max_input_chars": 10_000}
+VERIFY = VerifyConfig(workers=1, timeout_seconds=20.0, max_input_chars=10_000)
 
 
 def domain(**kwargs) -> ReasoningGymDomain:
@@ -157,7 +160,7 @@ def test_the_whole_pool_curates_verifies_and_evaluates_at_a_tiny_size():
 
     rg = get_domain({"name": "reasoning_gym", "datasets": "all", "splits": {"train": 1, "test": 1},
                      "generation": {"workers": 2, "timeout_seconds": 120}})
-    curated = curate(rg.rows(), rg, decontamination={"n": 8, "threshold": 0.5, "skip_domains": ["*"]},
+    curated = curate(rg.rows(), rg, decontamination=TaskDecontaminationConfig(skip_domains=["*"]),
                      validation_from_train=0, default_difficulty=1, seed=0)
     test = [t for t in curated.tasks if t.split == "test"]
     families = {t.domain for t in test}
@@ -165,7 +168,7 @@ def test_the_whole_pool_curates_verifies_and_evaluates_at_a_tiny_size():
     quarantined = {q["domain"] for q in curated.quarantined}
     assert families | quarantined == set(rg.families)  # every family is either in the pool or quarantined with a reason
     assert all(q.get("reason") for q in curated.quarantined)
-    verify = {**VERIFY, "max_input_chars": 100_000}  # the pool's default: a gold carries its whole item (arc_agi: ~20k)
+    verify = replace(VERIFY, max_input_chars=100_000)  # the pool's default: a gold carries its whole item (arc_agi: ~20k)
     scores, _ = verify_batch(rg, [rg.demonstration(t) for t in test], [t.reference for t in test], verify)
     assert [t.domain for t, s in zip(test, scores) if not s.correct] == []
     report = evaluate_policy(make_tiny_policy(), test, rg, verify, SamplingConfig(max_new_tokens=4, batch_size=1), k=1)

@@ -12,10 +12,10 @@ from rlvr_factory.domains import (
 from rlvr_factory.domains.arithmetic import ArithmeticDomain
 from rlvr_factory.domains.base import Score, Task
 from rlvr_factory.domains.extraction import ExtractionDomain
-from rlvr_factory.verification import verify_batch
+from rlvr_factory.verification import VerifyConfig, verify_batch
 from tests.domains.plugin import install_entry_point, install_module
 
-VERIFY = {"workers": 1, "timeout_seconds": 10.0, "max_input_chars": 10_000}
+VERIFY = VerifyConfig(workers=1, timeout_seconds=10.0, max_input_chars=10_000)
 ARITHMETIC = {"name": "arithmetic", "levels": {1: {"digits": 1, "operands": 2, "ops": "+"}}, "splits": {"test": 3}}
 
 

@@ -28,6 +28,14 @@ def base_parameters() -> dict:
     return resolve(merged)
 
 
+def typed_parameters():
+    """conf/base's parameters as nodes receive them: each block its dataclass (`parameters.Parameters`)."""
+    from rlvr_factory.parameters import Parameters
+    from rlvr_factory.schema import parse
+
+    return parse(Parameters, base_parameters())
+
+
 # Overrides that shrink every stage so a whole `rlvr` run takes seconds.
 TINY_PARAMS = {
     "domain": {"splits": {"train": 200, "validation": 20, "test": 20}},

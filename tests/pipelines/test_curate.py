@@ -17,9 +17,10 @@ from rlvr_factory.domains.curation import (
     carve_validation, curate, decontaminate, deduplicate, difficulty_from_pass_rate, interleave, label_difficulty,
     mix_by_weight, normalise_prompt, validate, validate_row,
 )
+from rlvr_factory.domains.curation import TaskDecontaminationConfig
 from tests.pipelines.conftest import PROJECT_ROOT, base_parameters, make_project, run_pipeline, tracking_uri
 
-DECONTAMINATION = {"n": 8, "threshold": 0.5, "skip_domains": []}
+DECONTAMINATION = TaskDecontaminationConfig(n=8, threshold=0.5)
 
 
 def q(text: str, answer: int = 7) -> dict:
@@ -237,7 +238,9 @@ def test_domains_take_turns_so_any_prefix_of_a_split_is_mixed():
 
 def test_unlabelled_tasks_get_their_difficulty_from_a_named_models_pass_rate(tmp_path):
     from rlvr_factory.models.policy import save_policy
+    from rlvr_factory.parameters import CurateConfig
     from rlvr_factory.pipelines.curate.nodes import curate_tasks
+    from rlvr_factory.verification import VerifyConfig
     from tests.conftest import make_scripted_policy
 
     save_policy(make_scripted_policy("\\boxed{3}"), str(tmp_path / "model"))
@@ -247,7 +250,8 @@ def test_unlabelled_tasks_get_their_difficulty_from_a_named_models_pass_rate(tmp
     curate_params = base_parameters()["curate"]
     curate_params["difficulty"].update(model=str(tmp_path / "model"), samples=2, levels=4,
                                        sampling={"max_new_tokens": 12, "temperature": 1.0})
-    tasks, quarantine, metrics = curate_tasks({"name": "math", "sources": {"test": str(problems)}}, curate_params,
-                                              {"workers": 1, "timeout_seconds": 10.0, "max_input_chars": 10_000})
+    tasks, quarantine, metrics = curate_tasks({"name": "math", "sources": {"test": str(problems)}},
+                                              CurateConfig(**curate_params),
+                                              VerifyConfig(workers=1, timeout_seconds=10.0, max_input_chars=10_000))
     assert dict(zip(tasks["prompt"], tasks["difficulty"])) == {"Problem 0: what is it?": 1, "Problem 1: what is it?": 4}
     assert quarantine.empty and metrics["tasks"]["value"] == 2.0

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import mlflow
 import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
+from rlvr_factory.parameters import EvaluateConfig, ReportConfig, RLConfig
 from rlvr_factory.pipelines.report.nodes import (
     record_run,
     round_curves,
@@ -17,10 +19,10 @@ from rlvr_factory.pipelines.report.nodes import (
     summarize,
 )
 from tests.conftest import make_scripted_policy
-from tests.pipelines.conftest import base_parameters
+from tests.pipelines.conftest import typed_parameters
 
-PARAMS = base_parameters()
-DOMAIN, VERIFY = PARAMS["domain"], PARAMS["verify"]
+PARAMS = typed_parameters()
+DOMAIN, VERIFY = PARAMS.domain, PARAMS.verify
 
 HISTORY = [
     {"round": 1, "reward_mean": 0.5, "pass_rate": 0.4, "val_greedy_accuracy": 0.3, "kl": 0.01, "lr": 1e-4},
@@ -28,7 +30,7 @@ HISTORY = [
 ]
 EVAL = {"greedy_accuracy": 0.5, "pass@1": 0.4, "pass@2": 0.6, "greedy_accuracy/difficulty_1": 0.7, "num_tasks": 20}
 REPORT = {"sft": EVAL, "rl": {**EVAL, "greedy_accuracy": 0.75}, "round_history": sorted(HISTORY, key=lambda r: r["round"])}
-SAMPLE = {"rollout_sample": {"per_round": 3, "seed": 0}}
+SAMPLE = ReportConfig(rollout_sample={"per_round": 3, "seed": 0})
 
 
 def _scored(round_index: int, n: int = 10) -> pd.DataFrame:
@@ -51,10 +53,11 @@ def test_the_sft_baseline_is_the_greedy_accuracy_on_the_validation_tasks_the_rou
         "reference": ['{"answer": "2"}', '{"answer": "18"}', '{"answer": "7"}'], "difficulty": 1,
         "split": "validation", "source": "test",
     })
-    evaluate = {"validation_size": 2, "sampling": {"max_new_tokens": 8, "temperature": 1.0, "top_p": 1.0, "batch_size": 4}}
+    evaluate = EvaluateConfig(validation_size=2, sampling={"max_new_tokens": 8, "temperature": 1.0, "top_p": 1.0,
+                                                           "batch_size": 4})
     result = sft_validation_accuracy(make_scripted_policy("7"), tasks, DOMAIN, VERIFY, evaluate)
     assert result == {"greedy_accuracy": 0.0, "num_tasks": 2}  # "7" is right only for the third, left out
-    evaluate["validation_size"] = 3
+    evaluate = replace(evaluate, validation_size=3)
     assert sft_validation_accuracy(make_scripted_policy("7"), tasks, DOMAIN, VERIFY, evaluate)["greedy_accuracy"] == (
         pytest.approx(1 / 3))
 
@@ -71,20 +74,21 @@ def _rounds(*frames: pd.DataFrame) -> dict:
 
 
 def test_the_rollout_sample_takes_the_same_rows_of_every_round_each_time():
-    rl = {"rounds": 2}
+    rl = RLConfig(rounds=2)
     first = sample_rollouts(SAMPLE, _rounds(_scored(0), _scored(1)), rl)
     assert first == sample_rollouts(SAMPLE, _rounds(_scored(0), _scored(1)), rl)
     assert [r["round"] for r in first] == [0, 0, 0, 1, 1, 1]
     assert set(first[0]) == {"round", "task_id", "prompt", "completion", "reward", "correct", "status"}
     json.dumps(first)  # plain JSON types
-    assert len(sample_rollouts({"rollout_sample": {"per_round": 50, "seed": 0}}, _rounds(_scored(0, n=4)), {"rounds": 1})) == 4
+    assert len(sample_rollouts(ReportConfig(rollout_sample={"per_round": 50}), _rounds(_scored(0, n=4)),
+                               RLConfig(rounds=1))) == 4
 
 
 def test_the_report_reads_the_run_s_rounds_only_and_names_a_missing_one():
     folder = _rounds(_scored(0), _scored(1), _scored(2))  # round 2: a longer run's file, left in the folder
-    assert {r["round"] for r in sample_rollouts(SAMPLE, folder, {"rounds": 2})} == {0, 1}
+    assert {r["round"] for r in sample_rollouts(SAMPLE, folder, RLConfig(rounds=2))} == {0, 1}
     with pytest.raises(FileNotFoundError, match="scored rollouts: no round_003"):
-        sample_rollouts(SAMPLE, folder, {"rounds": 4})
+        sample_rollouts(SAMPLE, folder, RLConfig(rounds=4))
 
 
 def test_record_run_adds_only_what_the_run_lacks(tmp_path):

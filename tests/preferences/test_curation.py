@@ -8,8 +8,9 @@ from rlvr_factory.models.tokenizer import build_byte_tokenizer
 from rlvr_factory.preferences import PAIR_QUARANTINE_COLUMNS, curate_pairs, pair_quarantine_frame
 from rlvr_factory.preferences.curation import validate_pair_row
 from rlvr_factory.training.sft import encode_chat_examples
+from rlvr_factory.domains.curation import DecontaminationConfig
 
-DECON = {"n": 4, "threshold": 0.5}
+DECON = DecontaminationConfig(n=4, threshold=0.5)
 
 
 def row(pair_id, prompt="Compute 2+3", chosen="2+3=5\n\\boxed{5}", rejected="\\boxed{6}", split="train", **extra):

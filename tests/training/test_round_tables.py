@@ -130,8 +130,6 @@ def test_a_table_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     assert path.load()["task_id"].tolist() == ["a"]  # the last whole table
 
 
-@pytest.mark.xfail(strict=True, reason="known bug, found at the end of session 28: pyarrow's from_pandas turns a NaN "
-                   "inside a struct (the verdict's reward, a turn's reward) into null, so it loads as None; fix in round_batch.to_arrow")
 def test_non_finite_rewards_and_breakdown_values_come_back_as_they_were(tmp_path):
     # A verifier that scores nan or inf is the verifier's bug to report, not the table's to hide or refuse.
     path = RoundTableDataset(str(tmp_path / "r.parquet"))
@@ -142,3 +140,15 @@ def test_non_finite_rewards_and_breakdown_values_come_back_as_they_were(tmp_path
     (loaded,) = verdicts(path.load())
     assert math.isnan(loaded.reward) and loaded.breakdown == {"penalty": float("-inf"), "score": float("inf"), "why": "nan"}
     assert math.isnan(row["turns"][0]["reward"]) and list(row["logprobs"]) == [float("-inf")]
+
+
+def test_numpy_numbers_in_a_breakdown_are_numbers_not_labels():
+    # A scorer that returns numpy values (np.int64 counts, np.float32 scores, np.bool_ flags) gets numbers back,
+    # not their text: `split_mixed` keyed on Python's int and float stored np.int64(3) as the label "3".
+    import numpy as np
+
+    from rlvr_factory.training.round_batch import join_mixed, split_mixed
+
+    stored = split_mixed({"count": np.int64(3), "score": np.float32(0.5), "ok": np.bool_(True), "why": "x"})
+    assert stored == {"numbers": {"count": 3.0, "score": 0.5, "ok": 1.0}, "labels": {"why": "x"}}
+    assert join_mixed(stored) == {"count": 3.0, "ok": 1.0, "score": 0.5, "why": "x"}

@@ -16,7 +16,7 @@ from rlvr_factory.models.reward_model import reward_model_from_policy
 from rlvr_factory.preferences import PreferencePair
 from rlvr_factory.training.pairs import encode_pairs, pair_batch
 from rlvr_factory.models.reward_model import sequence_rewards
-from rlvr_factory.verification import verify_batch
+from rlvr_factory.verification import VerifyConfig, verify_batch
 from rlvr_factory.verifiers.pool import VerifierPool
 from rlvr_factory.verifiers.reward_model import (
     RewardModelVerifier, combine, parse_weights, reward_model_gold,
@@ -24,7 +24,7 @@ from rlvr_factory.verifiers.reward_model import (
 from rlvr_factory.verifiers.score import Score
 from tests.conftest import make_tiny_policy
 
-VERIFY = {"workers": 2, "timeout_seconds": 30.0, "max_input_chars": 2000}
+VERIFY = VerifyConfig(workers=2, timeout_seconds=30.0, max_input_chars=2000)
 ARITHMETIC = {"name": "arithmetic", "levels": {1: {"digits": 1, "operands": 2, "ops": "+"}},
               "splits": {"train": 12, "validation": 2, "test": 2}}
 

@@ -29,7 +29,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
@@ -37,6 +37,9 @@ from rlvr_factory.audit.attacks import KINDS, PARTIAL_ONLY, Attack, same_problem
 from rlvr_factory.domains.base import AnswerForm, Domain, Task
 from rlvr_factory.schema import PositiveInt
 from rlvr_factory.verifiers.score import Score
+
+if TYPE_CHECKING:
+    from rlvr_factory.verification import VerifyConfig
 
 log = logging.getLogger(__name__)
 
@@ -171,10 +174,10 @@ def _planned(domain: Domain, chosen: Mapping[str, list[Task]], canaries: Mapping
     return planned
 
 
-Judge = Callable[[Domain, Sequence[str], Sequence[dict[str, Any]], dict[str, Any]], tuple[list[Score], dict]]
+Judge = Callable[[Domain, Sequence[str], Sequence[dict[str, Any]], "VerifyConfig"], tuple[list[Score], dict]]
 
 
-def audit(domain: Domain, tasks: Sequence[Task], verify: dict[str, Any], config: AuditConfig,
+def audit(domain: Domain, tasks: Sequence[Task], verify: VerifyConfig, config: AuditConfig,
           judge: Judge | None = None) -> AuditReport:
     """Attack `tasks`' groups and report what paid (see the module docstring); `judge` scores completions
     (default: `verification.verify_batch`, the run's own path)."""

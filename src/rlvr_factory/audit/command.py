@@ -121,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
     from rlvr_factory.audit.plot import plot_reward_audit
     from rlvr_factory.domains import get_domain, source_rows
     from rlvr_factory.domains.curation import members, validate
+    from rlvr_factory.schema import parse
+    from rlvr_factory.verification import VerifyConfig
 
     if args.tasks is not None and args.tasks < 1 or args.workers is not None and args.workers < 1:
         raise AuditUsageError("--tasks and --workers must be at least 1")
@@ -138,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     if not tasks:
         raise AuditUsageError("the domain has no valid tasks to attack")
     config = AuditConfig(**{**parameters["curate"]["audit"], **({"tasks_per_group": args.tasks} if args.tasks else {})})
-    verify = {**parameters["verify"], **({"workers": args.workers} if args.workers else {})}
+    verify = parse(VerifyConfig, {**parameters["verify"], **({"workers": args.workers} if args.workers else {})}, "verify")
     output = args.output or default_output(None if args.domain else args.env or os.environ.get("KEDRO_ENV"))
     report = audit(domain, tasks, verify, config)
     print(report.table())

@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # torch-free: workers that unpickle the domain import none of
     from rlvr_factory.models.policy import Policy
     from rlvr_factory.rollout.agent_loop import RolloutConfig
     from rlvr_factory.rollout.engine import SamplingConfig
+    from rlvr_factory.verification import VerifyConfig
 
 PROGRAM_SOURCES = {"builtin": "builtin", "humaneval": "shared:humaneval/HumanEval.jsonl.gz",
                    "mbpp": "shared:mbpp/sanitized.jsonl"}
@@ -333,7 +334,7 @@ class CodeRepairDomain:
         """A one-shot repair judged by the held-out tests."""
         return self.verifier.score(completion, self.gold(reference))
 
-    def evaluation_report(self, policy: Policy, tasks: Sequence[Task], verify: dict, sampling: SamplingConfig,
+    def evaluation_report(self, policy: Policy, tasks: Sequence[Task], verify: VerifyConfig, sampling: SamplingConfig,
                           rollout: RolloutConfig, greedy: Sequence[Verdict], sampled: Sequence[Sequence[Verdict]],
                           k: int) -> dict[str, float]:
         """The repair rates of `code_repair_eval.repair_rates` (@1 turn, @max_turns, pass@k, by mutation kind and

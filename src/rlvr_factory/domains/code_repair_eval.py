@@ -21,6 +21,7 @@ from rlvr_factory.rollout.engine import SamplingConfig
 
 if TYPE_CHECKING:  # the domain imports this module when evaluation asks it for its report
     from rlvr_factory.domains.code_repair import CodeRepairDomain
+    from rlvr_factory.verification import VerifyConfig
 
 
 def _groups(tasks: Sequence[Task]) -> dict[str, list[int]]:
@@ -33,7 +34,7 @@ def _groups(tasks: Sequence[Task]) -> dict[str, list[int]]:
     return groups
 
 
-def first_turn_verdicts(policy: Policy, tasks: Sequence[Task], domain: CodeRepairDomain, verify: dict,
+def first_turn_verdicts(policy: Policy, tasks: Sequence[Task], domain: CodeRepairDomain, verify: VerifyConfig,
                         sampling: SamplingConfig, rollout: RolloutConfig) -> list[Verdict]:
     """Each task's greedy episode in an environment that judges the first edit (no feedback is seen)."""
     one_turn = copy.copy(domain)
@@ -63,7 +64,7 @@ def repair_rates(tasks: Sequence[Task], max_turns: int, first: Sequence[Verdict]
     return report
 
 
-def repair_report(policy: Policy, tasks: Sequence[Task], domain: CodeRepairDomain, verify: dict,
+def repair_report(policy: Policy, tasks: Sequence[Task], domain: CodeRepairDomain, verify: VerifyConfig,
                   sampling: SamplingConfig, k: int, rollout: RolloutConfig) -> dict[str, float]:
     """`repair_rates` of the policy's episodes on `tasks`: greedy with the first edit alone, greedy within
     `max_turns`, and `k` sampled within `max_turns`."""

@@ -27,12 +27,13 @@ import re
 import unicodedata
 from collections import defaultdict
 from fnmatch import fnmatchcase
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
 from rlvr_factory.domains.base import TASK_COLUMNS, Domain, Task
+from rlvr_factory.schema import Fraction, PositiveInt
 
 SPLITS = ("train", "validation", "test")
 EVAL_SPLITS = ("test", "validation")  # on a duplicate, the evaluation copy is the one kept
@@ -413,14 +414,25 @@ def members(domain: Domain) -> dict[str, Domain]:
     return dict(getattr(domain, "members", None) or {domain.name: domain})
 
 
+@dataclass(frozen=True)
+class DecontaminationConfig:
+    n: PositiveInt = 8  # word n-gram length
+    threshold: Fraction = 0.5  # a train prompt sharing >= this share of its n-grams with one eval prompt, or its numbers and operators and >= this share of its content words (docs/domains.md), is removed
+
+
+@dataclass(frozen=True)
+class TaskDecontaminationConfig(DecontaminationConfig):
+    skip_domains: list[str] = field(default_factory=list)  # domains left alone ("*": all; generated domains draw disjoint splits)
+
+
 def curate(
-    rows: Sequence[Mapping[str, Any]], domain: Domain, *, decontamination: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]], domain: Domain, *, decontamination: TaskDecontaminationConfig,
     validation_from_train: int, default_difficulty: int, seed: int, measured: Mapping[str, int] | None = None,
 ) -> Curated:
     """Validate, deduplicate, decontaminate, label, split and mix `rows` of `domain` (the pool's
     domains take turns in the task order).
 
-    `decontamination` holds `n`, `threshold` and `skip_domains`; `measured` gives difficulties
+    `decontamination` gives `n`, `threshold` and `skip_domains`; `measured` gives difficulties
     measured for unlabelled tasks (by task id), the rest get `default_difficulty`.
     """
     tasks, quarantined = validate(rows, members(domain))
@@ -428,8 +440,7 @@ def curate(
     tasks, removed = deduplicate(tasks)
     quarantined += removed
     counts["removed.deduplicate"] = len(removed)
-    tasks, removed = decontaminate(tasks, int(decontamination["n"]), float(decontamination["threshold"]),
-                                   decontamination.get("skip_domains") or ())
+    tasks, removed = decontaminate(tasks, decontamination.n, decontamination.threshold, decontamination.skip_domains)
     quarantined += removed
     counts["removed.decontaminate"] = len(removed)
     tasks = label_difficulty(tasks, measured or {}, default_difficulty)

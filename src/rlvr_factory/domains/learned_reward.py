@@ -14,13 +14,16 @@ model reads it), so curate again after turning a learned reward on.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from rlvr_factory.domains.base import Domain, SingleTurnEnvironment, Task, environment_for, row_reference, source_rows
 from rlvr_factory.verifiers.reward_model import (
     LearnedRewardVerifier, RewardModelVerifier, combine, parse_weights, reward_model_gold,
 )
 from rlvr_factory.verifiers.score import Score
+
+if TYPE_CHECKING:
+    from rlvr_factory.verification import VerifyConfig
 
 PROMPT_KEY = "prompt"  # the reference key holding the task's prompt
 
@@ -89,7 +92,7 @@ class LearnedRewardDomain:
         """Both components of one completion, in this process."""
         return self.verifier.score(completion, self.gold(reference))
 
-    def verify_batch(self, completions: Sequence[str], references: Sequence[dict[str, Any]], verify: dict[str, Any]
+    def verify_batch(self, completions: Sequence[str], references: Sequence[dict[str, Any]], verify: VerifyConfig
                      ) -> tuple[list[Score], dict[str, float]]:
         """Each component through its own pool (the reward model batched), combined per sample; the
         verifier's stats as they are and the reward model's as `rm_<stat>`."""

@@ -26,8 +26,8 @@ import pandas as pd
 
 from rlvr_factory.domains.base import Task
 from rlvr_factory.domains.curation import (
-    EVAL_SPLITS, SPLITS, carve_validation, decontaminate, deduplicate, normalise_prompt, quarantine_record,
-    validate_unique,
+    EVAL_SPLITS, SPLITS, DecontaminationConfig, carve_validation, decontaminate, deduplicate, normalise_prompt,
+    quarantine_record, validate_unique,
 )
 from rlvr_factory.preferences.contract import PreferencePair, margin_value
 
@@ -173,11 +173,11 @@ class CuratedPairs:
 
 
 def curate_pairs(
-    rows: Sequence[Mapping[str, Any]], eval_prompts: Iterable[str], *, decontamination: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]], eval_prompts: Iterable[str], *, decontamination: DecontaminationConfig,
     validation_from_train: int, seed: int, count_tokens: TokenCounter | None = None, max_tokens: int | None = None,
 ) -> CuratedPairs:
     """Validate, refuse contradicting pairs, deduplicate and decontaminate raw pair rows against
-    `eval_prompts`, then make sure some pairs are held out. `decontamination` holds `n` and `threshold`."""
+    `eval_prompts`, then make sure some pairs are held out. `decontamination` gives `n` and `threshold`."""
     pairs, quarantined = validate_unique(rows, lambda row: validate_pair_row(row, count_tokens, max_tokens), "pair_id",
                                          _quarantine)
     counts = {"rows": len(rows), "quarantined.validate": len(quarantined)}
@@ -187,8 +187,7 @@ def curate_pairs(
     pairs, removed = deduplicate_pairs(pairs)
     quarantined += removed
     counts["removed.deduplicate"] = len(removed)
-    pairs, removed = decontaminate_pairs(pairs, eval_prompts, int(decontamination["n"]),
-                                         float(decontamination["threshold"]))
+    pairs, removed = decontaminate_pairs(pairs, eval_prompts, decontamination.n, decontamination.threshold)
     quarantined += removed
     counts["removed.decontaminate"] = len(removed)
     pairs = carve_validation_pairs(pairs, validation_from_train, seed)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from rlvr_factory.domains.base import Domain, Task
+from rlvr_factory.domains.curation import DecontaminationConfig
 from rlvr_factory.domains.loaders import mapped_records, split_sources
 from rlvr_factory.preferences.formats import record_to_pair
 from rlvr_factory.preferences.synthetic import SyntheticPairs, synthetic_rows
+from rlvr_factory.schema import Block, NonNegativeInt, PositiveInt
 
 
 def loaded_rows(sources: Mapping[str, Any], fmt: str = "auto", limit: Mapping[str, int] | None = None,
@@ -22,12 +25,21 @@ def loaded_rows(sources: Mapping[str, Any], fmt: str = "auto", limit: Mapping[st
     ]
 
 
-def raw_pair_rows(preferences: Mapping[str, Any], domain: Domain, tasks: list[Task]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class PreferencesConfig(Block):
+    sources: dict[str, Any] | None = None  # null: the embedded pairs; else split -> path (JSONL/Parquet) or HF dataset
+    format: Literal["auto", "native", "conversational", "ultrafeedback", "hh"] = "auto"  # record format of the sources
+    limit: dict[str, NonNegativeInt] = field(default_factory=dict)  # split -> at most this many records
+    max_length: PositiveInt | None = None  # tokens of prompt + completion a pair may have; null: the base model's context
+    validation_from_train: NonNegativeInt = 200  # pairs moved from train to validation when the sources hold none out
+    seed: int = 0  # validation carving
+    decontamination: DecontaminationConfig = field(default_factory=DecontaminationConfig)  # train pairs vs eval prompts
+    embedded: SyntheticPairs = field(default_factory=SyntheticPairs)  # the embedded pairs: worked demonstration vs a flawed one
+
+
+def raw_pair_rows(preferences: PreferencesConfig, domain: Domain, tasks: list[Task]) -> list[dict[str, Any]]:
     """The `preferences` block's raw rows: its `sources` when given, else pairs generated from `tasks`
     (the embedded default, `preferences.embedded`)."""
-    if preferences.get("sources"):
-        return loaded_rows(preferences["sources"], preferences["format"], preferences["limit"])
-    embedded = dict(preferences.get("embedded") or {})
-    if "splits" in embedded:
-        embedded["splits"] = tuple(embedded["splits"])
-    return synthetic_rows(domain, tasks, SyntheticPairs(**embedded))
+    if preferences.sources:
+        return loaded_rows(preferences.sources, preferences.format, preferences.limit)
+    return synthetic_rows(domain, tasks, preferences.embedded)

@@ -30,7 +30,7 @@ from rlvr_factory.rollout.hf import TransformersEngine
 from rlvr_factory.rollout.steps import Executor, ExecutorConfig, Failed
 from rlvr_factory.rollout.background import shared_background_engine
 from rlvr_factory.rollout.vllm_engine import VllmSettings, shared_engine
-from rlvr_factory.schema import parse
+from rlvr_factory.schema import Block, parse
 from rlvr_factory.verifiers.score import Score
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class MultiTurnConfig:
 
 
 @dataclass(frozen=True)
-class RolloutConfig:
+class RolloutConfig(Block):
     max_turns: int = 1  # actions per episode at most; also the environment's own budget (a domain taking max_turns is given it)
     max_context_tokens: int | Literal["auto"] | None = "auto"  # an episode ends before a turn that could exceed this many tokens; auto: the policy's positions (max_position_embeddings); null: no limit
     reuse_kv: bool = True  # continue each episode from its KV cache instead of recomputing its history
@@ -63,6 +63,7 @@ class RolloutConfig:
     environment: ExecutorConfig = field(default_factory=ExecutorConfig)  # where environment calls run
 
     def __post_init__(self) -> None:
+        super().__post_init__()  # nested blocks given as mappings (Kedro's typed parameters)
         if self.engine not in ENGINES:
             raise ValueError(f"rollout.engine must be one of {ENGINES}, got {self.engine!r}")
         if self.background_threads < 1:

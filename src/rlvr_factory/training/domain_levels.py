@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
 
 import pandas as pd
 
 from rlvr_factory.domains.base import Task
 from rlvr_factory.rl.curriculum import DomainLevel, domain_prompt_order, domain_weights, update_domain_levels
-from rlvr_factory.schema import PositiveInt
+from rlvr_factory.schema import Fraction, NonNegativeFloat, PositiveInt
 from rlvr_factory.training.rounds import usable_rows
 
 # level: the domain's difficulty level for the next round; level_pass_rate: the online pass rate at
@@ -30,6 +30,16 @@ class LevelSettings:
     enabled: bool = False  # each domain draws from its current level; false: levels are tracked, not used
     patience: PositiveInt = 2  # rounds a domain's level pass rate must stay above (below) the band before it moves
     out_of_band_weight: float = 0.25  # a domain's share of prompts while its pass rate lies outside the band (inside: 1)
+
+
+@dataclass(frozen=True)
+class CurriculumConfig:
+    enabled: bool = False  # prompts chosen by their online pass rate; false: a seeded uniform sample of the train split
+    band: tuple[Fraction, Fraction] = (0.1, 0.9)  # target pass-rate band [low, high]; unseen tasks count as in band
+    band_fraction: Fraction = 0.8  # share of prompts from the band; the rest refresh the others' estimates
+    difficulty_weights: dict[int, NonNegativeFloat] | None = None  # e.g. {1: 1, 2: 1, 3: 2, 4: 2}: share of each level; null: by level size
+    pass_rate_ema: Fraction = 0.5  # weight of the newest round in each task's pass-rate estimate (tracked always)
+    levels: LevelSettings = field(default_factory=LevelSettings)  # per-domain levels (docs/domain_scale.md)
 
 
 def levels_from_frame(frame: pd.DataFrame | None) -> dict[str, DomainLevel]:
@@ -52,13 +62,12 @@ def task_levels(tasks: Sequence[Task]) -> dict[str, list[int]]:
 
 
 def track_domain_levels(
-    scored: pd.DataFrame, tasks: Sequence[Task], curriculum: Mapping[str, Any], previous: pd.DataFrame | None,
+    scored: pd.DataFrame, tasks: Sequence[Task], curriculum: CurriculumConfig, previous: pd.DataFrame | None,
     round_index: int,
 ) -> pd.DataFrame:
     """The curriculum's table after a round: each domain's level moved by this round's pass rate at
     its level, its weight for the next round, and this round's per-domain summary."""
-    settings = LevelSettings(**curriculum["levels"])
-    band = tuple(curriculum["band"])
+    settings, band = curriculum.levels, curriculum.band
     before = levels_from_frame(previous)
     levels = task_levels(tasks)
     difficulty = {t.task_id: t.difficulty for t in tasks}
@@ -66,7 +75,7 @@ def track_domain_levels(
     start = {d: before.get(d, DomainLevel(ladder[0])).level for d, ladder in levels.items()}
     at_level = rows[rows["difficulty"] == rows["domain"].map(start)]
     observed = at_level.groupby("domain")["correct"].mean().astype(float).to_dict()
-    state = update_domain_levels(before, observed, levels, band, curriculum["pass_rate_ema"], settings.patience)
+    state = update_domain_levels(before, observed, levels, band, curriculum.pass_rate_ema, settings.patience)
     weights = domain_weights(state, band, settings.out_of_band_weight)
     summary = rows.groupby("domain").agg(pass_rate=("correct", "mean"), reward_mean=("reward", "mean"),
                                          samples=("reward", "size"), difficulty_mean=("difficulty", "mean"))
@@ -90,17 +99,16 @@ def _summary(summary: pd.DataFrame, domain: str) -> dict[str, float]:
 
 
 def level_prompt_order(
-    tasks: Sequence[Task], rates: Mapping[str, float], levels: pd.DataFrame | None, curriculum: Mapping[str, Any],
+    tasks: Sequence[Task], rates: Mapping[str, float], levels: pd.DataFrame | None, curriculum: CurriculumConfig,
     rng: random.Random,
 ) -> list[int]:
     """The order a round draws train prompts in under the per-domain curriculum (`domain_prompt_order`)."""
-    settings = LevelSettings(**curriculum["levels"])
-    band = tuple(curriculum["band"])
+    settings, band = curriculum.levels, curriculum.band
     state = levels_from_frame(levels)
     state = {d: state.get(d, DomainLevel(ladder[0])) for d, ladder in task_levels(tasks).items()}
     return domain_prompt_order(
         [t.domain for t in tasks], [t.difficulty for t in tasks], [rates.get(t.task_id) for t in tasks], state,
-        domain_weights(state, band, settings.out_of_band_weight), rng, band, curriculum["band_fraction"],
+        domain_weights(state, band, settings.out_of_band_weight), rng, band, curriculum.band_fraction,
     )
 
 

@@ -8,7 +8,7 @@ step, so no second model is held in memory and a resumed run finds the same refe
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -44,10 +44,11 @@ class DPOConfig:
         return self.loss == "ipo"
 
     @classmethod
-    def from_params(cls, params: dict[str, Any]) -> DPOConfig:
+    def from_params(cls, params: Any) -> DPOConfig:
         """From the `dpo` parameter block (`train` and the loss keys; checked by `schema.parse`, a key left out
         takes this class's default)."""
-        return parse(cls, {k: v for k, v in params.items() if k in configurable(cls)}, "dpo")
+        values = params if isinstance(params, Mapping) else {k: getattr(params, k) for k in configurable(cls)}
+        return parse(cls, {k: v for k, v in values.items() if k in configurable(cls)}, "dpo")
 
 
 def pair_logps(model: torch.nn.Module, batch: Sequence[EncodedPair], pad_id: int, average: bool

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -30,10 +30,11 @@ class RewardModelConfig:
         real_number(self.drop_highest_loss, "drop_highest_loss", 0.0, 1.0)
 
     @classmethod
-    def from_params(cls, params: dict[str, Any]) -> RewardModelConfig:
+    def from_params(cls, params: Any) -> RewardModelConfig:
         """From the `reward_model` parameter block's `train`, `use_margin`, `eval_batch_size` and `drop_highest_loss`
         (checked by `schema.parse`; a key left out takes this class's default)."""
-        return parse(cls, {k: v for k, v in params.items() if k in configurable(cls)}, "reward_model")
+        values = params if isinstance(params, Mapping) else {k: getattr(params, k) for k in configurable(cls)}
+        return parse(cls, {k: v for k, v in values.items() if k in configurable(cls)}, "reward_model")
 
 
 def pair_rewards(model: torch.nn.Module, batch: Sequence[EncodedPair], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,8 +19,10 @@ it is. `RoundTableDataset` persists it: no node encodes or decodes JSON.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Mapping
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -52,16 +54,16 @@ MIXED_COLUMNS = ("info", "reward_breakdown")
 
 
 def split_mixed(values: Mapping[str, Any] | None) -> dict[str, dict] | None:
-    """A dict of numbers and strings as its two maps (booleans and integers are numbers)."""
+    """A dict of numbers and strings as its two maps (booleans and integers, numpy's too, are numbers)."""
     if values is None:
         return None
-    numbers, labels = {}, {}
+    reals, labels = {}, {}
     for key, value in values.items():
-        if isinstance(value, (int, float)):
-            numbers[str(key)] = float(value)
+        if isinstance(value, (numbers.Real, np.bool_)):
+            reals[str(key)] = float(value)
         else:
             labels[str(key)] = None if value is None else str(value)
-    return {"numbers": numbers, "labels": labels}
+    return {"numbers": reals, "labels": labels}
 
 
 def join_mixed(stored: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -94,7 +96,14 @@ def to_arrow(frame: pd.DataFrame) -> pa.Table:
     unknown = [c for c in stored.columns if c not in COLUMNS]
     inferred = pa.Schema.from_pandas(stored[unknown], preserve_index=False) if unknown else pa.schema([])
     schema = pa.schema([pa.field(c, COLUMNS[c]) if c in COLUMNS else inferred.field(c) for c in stored.columns])
-    return pa.Table.from_pandas(stored, schema=schema, preserve_index=False)
+    table = pa.Table.from_pandas(stored, schema=schema, preserve_index=False)
+    # pandas' conversion reads a NaN as a missing value; inside a list or a struct (a turn's reward, a
+    # verdict's, a log-prob) a NaN is a value, so the nested columns are converted again as Python data.
+    for index, field in enumerate(schema):
+        if field.name in COLUMNS and pa.types.is_nested(field.type):
+            values = [None if _missing(v) else v for v in stored[field.name]]
+            table = table.set_column(index, field, pa.array(values, type=field.type, from_pandas=False))
+    return table
 
 
 def from_arrow(table: pa.Table) -> pd.DataFrame:

@@ -19,11 +19,12 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping, Protocol
 
-from rlvr_factory.scheduler import JobResult, Scheduler, create_scheduler
+from rlvr_factory.scheduler import JobResult, Scheduler, SchedulerConfig, SchedulerSettings, create_scheduler
 from rlvr_factory.verifiers.isolation import require_sandbox, start_servers, time_limit
+from rlvr_factory.schema import parse
 from rlvr_factory.verifiers.score import Score
 
 logger = logging.getLogger(__name__)
@@ -121,16 +122,16 @@ class VerifierPool:
         timeout: float = 5.0,
         max_input_chars: int = 100_000,
         memory_limit_mb: int | None = 4096,
-        scheduler: dict[str, Any] | None = None,
+        scheduler: SchedulerConfig | Mapping[str, Any] | None = None,
     ) -> None:
         if max_input_chars < 0:
             raise ValueError(f"max_input_chars must be non-negative, got {max_input_chars}")
         if not callable(getattr(verifier, "quick_score", None)) or not callable(getattr(verifier, "score", None)):
             raise TypeError(f"the verifier must have quick_score and score methods, got {type(verifier).__name__}")
         require_sandbox(verifier)
-        settings = dict(scheduler or {})
-        if {"workers", "timeout_seconds"} & set(settings):
+        if isinstance(scheduler, Mapping) and {"workers", "timeout_seconds"} & set(scheduler):
             raise ValueError("set a VerifierPool's workers and timeout through its own arguments, not `scheduler`")
+        config = parse(SchedulerConfig, scheduler, "scheduler")
         self.verifier = verifier
         self.workers = workers
         self.timeout = timeout
@@ -138,9 +139,9 @@ class VerifierPool:
         self.memory_limit_mb = memory_limit_mb
         self._batch_size = batch_size_of(verifier)
         self._check = FullCheck(verifier, timeout) if self._batch_size is None else BatchCheck(verifier)
-        self.scheduler: Scheduler = create_scheduler(
-            {**settings, "workers": workers, "timeout_seconds": timeout}, memory_limit_mb
-        )
+        self.scheduler: Scheduler = create_scheduler(SchedulerSettings(
+            **{f.name: getattr(config, f.name) for f in fields(SchedulerConfig)}, workers=workers, timeout_seconds=timeout,
+        ), memory_limit_mb)
         try:
             self.scheduler.register(self._check)  # workers load the verifier before they report ready
         except TypeError as e:

@@ -2,25 +2,29 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 
 from rlvr_factory.domain_report import domain_gains, gain_summary
 from rlvr_factory.domains import get_domain, tasks_from_frame
 from rlvr_factory.evaluation import evaluate_policy
 from rlvr_factory.models.policy import Policy
+from rlvr_factory.parameters import EvaluateConfig
 from rlvr_factory.rollout.agent_loop import RolloutConfig
-from rlvr_factory.rollout.engine import SamplingConfig
 from rlvr_factory.training.lm import seed_everything
+from rlvr_factory.verification import VerifyConfig
 
 
 def evaluate_on_test(
-    policy: Policy, test_tasks: pd.DataFrame, domain: dict, verify: dict, evaluate: dict, rollout: dict
+    policy: Policy, test_tasks: pd.DataFrame, domain: dict, verify: VerifyConfig, evaluate: EvaluateConfig,
+    rollout: RolloutConfig,
 ) -> dict:
     """Greedy pass@1 and sampled pass@k of one policy's episodes (`rollout.*`) on the test split."""
-    seed_everything(evaluate["seed"])
-    sampling = SamplingConfig(**evaluate["sampling"], seed=evaluate["seed"])
-    return evaluate_policy(policy, tasks_from_frame(test_tasks), get_domain(domain), verify, sampling, evaluate["k"],
-                           RolloutConfig.from_params(rollout))
+    seed_everything(evaluate.seed)
+    sampling = replace(evaluate.sampling, seed=evaluate.seed)
+    return evaluate_policy(policy, tasks_from_frame(test_tasks), get_domain(domain), verify, sampling, evaluate.k,
+                           rollout)
 
 
 def build_report(sft_eval: dict, rl_eval: dict, round_history: list[dict]) -> tuple[dict, dict]:

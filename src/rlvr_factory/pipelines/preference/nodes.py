@@ -8,8 +8,9 @@ import logging
 import pandas as pd
 from transformers import AutoModelForCausalLM
 
-from rlvr_factory.models.lora import LoraSettings, with_lora
+from rlvr_factory.models.lora import with_lora
 from rlvr_factory.models.policy import Policy
+from rlvr_factory.parameters import DPOBlockConfig, ModelConfig
 from rlvr_factory.pipelines.reward_model.nodes import metric_history, split_pairs
 from rlvr_factory.training.dpo import DPOConfig, train_dpo
 from rlvr_factory.training.lm import seed_everything
@@ -20,16 +21,16 @@ CURVES = ("loss", "accuracy", "margin", "chosen_reward", "rejected_reward", "val
           "lr")
 
 
-def dpo_fine_tune(sft_policy: Policy, preference_pairs: pd.DataFrame, model: dict, dpo: dict
+def dpo_fine_tune(sft_policy: Policy, preference_pairs: pd.DataFrame, model: ModelConfig, dpo: DPOBlockConfig
                   ) -> tuple[Policy, dict, dict]:
     """Optimise the SFT policy (with LoRA adapters when `model.lora.enabled`) on the train pairs
     against itself as the frozen reference; returns the policy, the MLflow curves and a summary
     with the held-out chosen-vs-rejected margin and accuracy."""
     config = DPOConfig.from_params(dpo)
     seed_everything(config.train.seed)
-    policy = Policy(with_lora(sft_policy.model, LoraSettings(**model["lora"])), sft_policy.tokenizer)
+    policy = Policy(with_lora(sft_policy.model, model.lora), sft_policy.tokenizer)
     train, held_out = split_pairs(preference_pairs, policy.tokenizer)
-    history = train_dpo(policy, train, held_out, config, Checkpoint(dpo["checkpoint_dir"], AutoModelForCausalLM))
+    history = train_dpo(policy, train, held_out, config, Checkpoint(dpo.checkpoint_dir, AutoModelForCausalLM))
     final = history[-1]
     summary = {k: v for k, v in final.items() if k.startswith("val_")}
     summary.update(loss=config.loss, beta=config.beta, label_smoothing=config.label_smoothing,

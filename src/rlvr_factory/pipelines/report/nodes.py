@@ -16,21 +16,22 @@ from rlvr_factory.domains.cad import part_view_figures
 from rlvr_factory.evaluation import greedy_accuracy
 from rlvr_factory.mlflow_model import log_policy_model
 from rlvr_factory.models.policy import Policy
+from rlvr_factory.parameters import EvaluateConfig, ReportConfig, RLConfig
 from rlvr_factory.pipelines.evaluate.nodes import build_report
 from rlvr_factory.round_files import each_round
-from rlvr_factory.rollout.hf import SamplingConfig
+from rlvr_factory.verification import VerifyConfig
 
 log = logging.getLogger(__name__)
 SAMPLE_COLUMNS = ["round", "task_id", "prompt", "completion", "reward", "correct", "status"]
 
 
 def sft_validation_accuracy(
-    sft_policy: Policy, validation_tasks: pd.DataFrame, domain: dict, verify: dict, evaluate: dict
+    sft_policy: Policy, validation_tasks: pd.DataFrame, domain: dict, verify: VerifyConfig, evaluate: EvaluateConfig
 ) -> dict:
     """The SFT policy's greedy accuracy on the validation tasks every round is scored on: the
     baseline of the round curves."""
-    tasks = tasks_from_frame(validation_tasks)[: evaluate["validation_size"]]
-    accuracy = greedy_accuracy(sft_policy, tasks, get_domain(domain), verify, SamplingConfig(**evaluate["sampling"]))
+    tasks = tasks_from_frame(validation_tasks)[: evaluate.validation_size]
+    accuracy = greedy_accuracy(sft_policy, tasks, get_domain(domain), verify, evaluate.sampling)
     return {"greedy_accuracy": accuracy, "num_tasks": len(tasks)}
 
 
@@ -44,9 +45,9 @@ def plot_round_curves(curves: pd.DataFrame) -> Figure:
     return plots.plot_round_curves(curves)
 
 
-def domain_table(round_levels: dict, rl: dict) -> pd.DataFrame:
+def domain_table(round_levels: dict, rl: RLConfig) -> pd.DataFrame:
     """Every round's per-domain table (level, pass rates, weight) stacked: domains x rounds, long form."""
-    return domain_report.domain_rounds(*each_round(round_levels, rl["rounds"], "domain levels"))
+    return domain_report.domain_rounds(*each_round(round_levels, rl.rounds, "domain levels"))
 
 
 def plot_domain_heatmap(table: pd.DataFrame) -> Figure:
@@ -59,12 +60,12 @@ def summarize(eval_report: dict, sft_validation: dict) -> dict:
     return summary.summary_metrics(eval_report, sft_validation["greedy_accuracy"])
 
 
-def sample_rollouts(report: dict, scored_rounds: dict, rl: dict) -> list[dict]:
+def sample_rollouts(report: ReportConfig, scored_rounds: dict, rl: RLConfig) -> list[dict]:
     """`report.rollout_sample.per_round` seeded rollouts of every round, with their rewards."""
-    sample = report["rollout_sample"]
+    sample = report.rollout_sample
     rows: list[dict] = []
-    for scored in each_round(scored_rounds, rl["rounds"], "scored rollouts"):  # one round's file at a time
-        drawn = scored.sample(n=min(sample["per_round"], len(scored)), random_state=sample["seed"])
+    for scored in each_round(scored_rounds, rl.rounds, "scored rollouts"):  # one round's file at a time
+        drawn = scored.sample(n=min(sample.per_round, len(scored)), random_state=sample.seed)
         drawn = drawn.sort_values(["task_id", "sample_index"])[SAMPLE_COLUMNS]
         rows += drawn.astype({"round": int, "reward": float, "correct": bool}).to_dict(orient="records")
     return rows
@@ -90,7 +91,7 @@ def record_run(eval_report: dict, round_history: list[dict]) -> None:
         log.info("report: %d metrics from the persisted history added to run %s", len(logged), run.info.run_id)
 
 
-def register_policy(rl_policy: Policy, eval_report: dict, report: dict, evaluate: dict) -> None:
+def register_policy(rl_policy: Policy, eval_report: dict, report: ReportConfig, evaluate: EvaluateConfig) -> None:
     """Log the final policy as an MLflow model that answers prompts as the greedy evaluation does
     (evaluation's `max_new_tokens`), with the RL policy's test metrics, and register it under
     `report.registered_model_name` when `report.register_model`."""
@@ -98,12 +99,14 @@ def register_policy(rl_policy: Policy, eval_report: dict, report: dict, evaluate
         log.warning("no active MLflow run: the policy is not logged")
         return
     metrics = {f"eval.rl.{k.replace('@', '_at_')}": float(v) for k, v in eval_report["rl"].items()}
-    name = report["registered_model_name"] if report["register_model"] else None
-    log_policy_model(rl_policy, name, metrics, evaluate["sampling"])
+    name = report.registered_model_name if report.register_model else None
+    log_policy_model(rl_policy, name, metrics, evaluate.sampling)
 
 
-def render_part_views(rollout_sample: list[dict], train_tasks: pd.DataFrame, domain: dict, report: dict) -> dict[str, Figure]:
+def render_part_views(
+    rollout_sample: list[dict], train_tasks: pd.DataFrame, domain: dict, report: ReportConfig,
+) -> dict[str, Figure]:
     """What the model built, for CAD runs: target and built part of the first and last round's sampled
     rollouts in three orthographic views (`report.part_views.per_round` PNGs per round; none for other domains)."""
     tasks = {t.task_id: t for t in tasks_from_frame(train_tasks)}
-    return part_view_figures(get_domain(domain), rollout_sample, tasks, report["part_views"]["per_round"])
+    return part_view_figures(get_domain(domain), rollout_sample, tasks, report.part_views.per_round)

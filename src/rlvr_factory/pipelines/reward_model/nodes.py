@@ -17,6 +17,7 @@ from rlvr_factory.models.reward_model import (
     STATS_KEY, ImplicitRewardModel, implicit_reward_model, load_reward_model, reward_model_from_policy, reward_stats,
 )
 from rlvr_factory.overoptimisation import plot_proxy_gold, proxy_gold_curve, tracking_summary
+from rlvr_factory.parameters import ModelConfig, RewardModelBlockConfig
 from rlvr_factory.preferences import pairs_from_frame
 from rlvr_factory.training.lm import seed_everything
 from rlvr_factory.training.pairs import Checkpoint, encode_pairs
@@ -42,25 +43,25 @@ def metric_history(history: list[dict], keys: tuple[str, ...]) -> dict:
             if any(k in r for r in history)}
 
 
-def fit_reward_model(sft_policy: Policy, preference_pairs: pd.DataFrame, model: dict, reward_model: dict
-                     ) -> tuple[Policy, dict, dict]:
+def fit_reward_model(sft_policy: Policy, preference_pairs: pd.DataFrame, model: ModelConfig,
+                     reward_model: RewardModelBlockConfig) -> tuple[Policy, dict, dict]:
     """Train a reward model on the train pairs. `reward_model.head: scalar` puts a fresh scalar head on
     the SFT policy's backbone (`reward_model.backbone: policy`) or trains the HF sequence-classification
     model `backbone` names; `head: implicit` trains a copy of the SFT policy (or of the causal LM
     `backbone` names) as r = beta log(pi / pi_ref) against its frozen self. Returns the model (its
     config records the held-out reward mean and std), the MLflow curves and the report."""
     config = RewardModelConfig.from_params(reward_model)
-    seed_everything(reward_model["seed"])
-    head, backbone = reward_model["head"], reward_model["backbone"]
+    seed_everything(reward_model.seed)
+    head, backbone = reward_model.head, reward_model.backbone
     if backbone == POLICY_BACKBONE:
-        rm = reward_model_from_policy(sft_policy, reward_model["seed"], head, reward_model["beta"])
+        rm = reward_model_from_policy(sft_policy, reward_model.seed, head, reward_model.beta)
     elif head == "implicit":
-        rm = implicit_reward_model(load_policy(backbone, model["device"], model["dtype"]), reward_model["beta"])
+        rm = implicit_reward_model(load_policy(backbone, model.device, model.dtype), reward_model.beta)
     else:
-        rm = load_reward_model(backbone, model["device"], model["dtype"])
+        rm = load_reward_model(backbone, model.device, model.dtype)
     train, held_out = split_pairs(preference_pairs, rm.tokenizer)
     model_class = ImplicitRewardModel if head == "implicit" else AutoModelForSequenceClassification
-    checkpoint = Checkpoint(reward_model["checkpoint_dir"], model_class)
+    checkpoint = Checkpoint(reward_model.checkpoint_dir, model_class)
     history = train_reward_model(rm, train, held_out, config, checkpoint)
     with torch.inference_mode():
         rewards = torch.cat([torch.cat(pair_rewards(rm.model, held_out[lo : lo + 64], rm.tokenizer.pad_token_id))

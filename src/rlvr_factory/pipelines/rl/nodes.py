@@ -17,22 +17,22 @@ from rlvr_factory import distributed
 from rlvr_factory.domain_report import without_domain_curves
 from rlvr_factory.domains import Task, get_domain, tasks_from_frame
 from rlvr_factory.evaluation import greedy_solved
-from rlvr_factory.models.lora import LoraSettings, with_lora
+from rlvr_factory.models.lora import with_lora
 from rlvr_factory.models.policy import Policy, freeze
 from rlvr_factory.overoptimisation import component_stats
+from rlvr_factory.parameters import EvaluateConfig, ModelConfig, RLConfig
 from rlvr_factory.rl.curriculum import prompt_order, update_pass_rates
 from rlvr_factory.round_files import each_round
 from rlvr_factory.rollout.agent_loop import RolloutConfig, push_weights, sample_episodes
 from rlvr_factory.rollout.background import rollout_collected, rollout_started_ahead, running_ahead, sharing_cores
-from rlvr_factory.rollout.dynamic import DynamicSampling, draw_groups
-from rlvr_factory.rollout.engine import SamplingConfig
-from rlvr_factory.training.grpo import UpdateConfig, rl_update
+from rlvr_factory.rollout.dynamic import draw_groups
+from rlvr_factory.training.grpo import rl_update
 from rlvr_factory.training.domain_levels import level_prompt_order, level_stats, track_domain_levels
 from rlvr_factory.training.lm import lr_factor, seed_everything
 from rlvr_factory.training.rounds import (
     EXCLUDED_STATUS, observed_pass_rates, rollouts_frame, round_metrics, samples_from_scored, scored_frame, verdicts,
 )
-from rlvr_factory.verification import judge_sharded
+from rlvr_factory.verification import VerifyConfig, judge_sharded
 
 log = logging.getLogger(__name__)
 # Operational stats (wall-clock timings, the verifier pool's counters, which depend on what the
@@ -44,21 +44,21 @@ OPERATIONAL_KEYS = ("rollout_seconds", "rollout_wait_seconds", "rollout_ahead_se
 OPERATIONAL_PREFIX = ("verify_", "engine_")
 
 
-def round_seed(rl: dict, round_index: int) -> int:
+def round_seed(rl: RLConfig, round_index: int) -> int:
     """The seed of one round, derived from `rl.seed` so every round samples afresh."""
-    return rl["seed"] * 100_003 + round_index
+    return rl.seed * 100_003 + round_index
 
 
-def round_lr(rl: dict, round_index: int) -> float:
+def round_lr(rl: RLConfig, round_index: int) -> float:
     """`rl.update.lr`, decayed over the rounds by `rl.lr_schedule` (cosine, linear or constant)."""
-    return rl["update"]["lr"] * lr_factor(rl["lr_schedule"], round_index, 0, rl["rounds"] - 1)
+    return rl.update.lr * lr_factor(rl.lr_schedule, round_index, 0, rl.rounds - 1)
 
 
-def initial_policy(sft_policy: Policy, model: dict) -> Policy:
+def initial_policy(sft_policy: Policy, model: ModelConfig) -> Policy:
     """The policy round 0 trains: the SFT policy, with LoRA adapters when `model.lora.enabled`."""
-    lora = LoraSettings(**model["lora"])
     distributed.broadcast_parameters(sft_policy.model)  # data-parallel ranks start from rank 0's weights
-    return Policy(with_lora(sft_policy.model, lora), sft_policy.tokenizer, sft_policy.version, sft_policy.optimizer_state)
+    return Policy(with_lora(sft_policy.model, model.lora), sft_policy.tokenizer, sft_policy.version,
+                  sft_policy.optimizer_state)
 
 
 @dataclass
@@ -80,8 +80,8 @@ def frozen_copy(policy: Policy) -> Policy:
 
 
 def prefetch_rollout(
-    policy: Policy, train_tasks: pd.DataFrame, rl: dict, domain: dict, verify: dict, rollout_params: dict,
-    pass_rates: pd.DataFrame, domain_levels: pd.DataFrame, *, round_index: int,
+    policy: Policy, train_tasks: pd.DataFrame, rl: RLConfig, domain: dict, verify: VerifyConfig,
+    rollout_params: RolloutConfig, pass_rates: pd.DataFrame, domain_levels: pd.DataFrame, *, round_index: int,
 ) -> Prefetched:
     """Start round `round_index`'s rollout in a background thread, from a frozen copy of `policy` (the
     policy the previous round is about to update) and the curriculum state after the previous round.
@@ -122,27 +122,28 @@ def collect_rollout(prefetched: Prefetched, *, round_index: int) -> tuple[pd.Dat
 
 
 def _prompt_order(
-    tasks: list, rl: dict, seed: int, pass_rates: pd.DataFrame | None, domain_levels: pd.DataFrame | None
+    tasks: list, rl: RLConfig, seed: int, pass_rates: pd.DataFrame | None, domain_levels: pd.DataFrame | None
 ) -> list[int]:
     """Which train prompts the round draws, in order: a seeded sample, the curriculum's order, or the
     per-domain curriculum's (each domain at its level, weighted by its learning signal)."""
     rng = random.Random(seed)
-    curriculum = rl["curriculum"]
+    curriculum = rl.curriculum
     rates = dict(zip(pass_rates["task_id"], pass_rates["pass_rate"])) if pass_rates is not None else {}
-    if curriculum["levels"]["enabled"]:
+    if curriculum.levels.enabled:
         return level_prompt_order(tasks, rates, domain_levels, curriculum, rng)
-    if not curriculum["enabled"]:
-        wanted = len(tasks) if rl["dynamic_sampling"]["enabled"] else rl["prompts_per_round"]
+    if not curriculum.enabled:
+        wanted = len(tasks) if rl.dynamic_sampling.enabled else rl.prompts_per_round
         return rng.sample(range(len(tasks)), wanted)
     return prompt_order(
         [rates.get(t.task_id) for t in tasks], [t.difficulty for t in tasks], rng,
-        tuple(curriculum["band"]), curriculum["band_fraction"], curriculum["difficulty_weights"],
+        curriculum.band, curriculum.band_fraction, curriculum.difficulty_weights,
     )
 
 
 def rollout(
-    policy: Policy, train_tasks: pd.DataFrame, rl: dict, domain: dict, verify: dict, rollout: dict,
-    pass_rates: pd.DataFrame | None = None, domain_levels: pd.DataFrame | None = None, *, round_index: int,
+    policy: Policy, train_tasks: pd.DataFrame, rl: RLConfig, domain: dict, verify: VerifyConfig,
+    rollout: RolloutConfig, pass_rates: pd.DataFrame | None = None, domain_levels: pd.DataFrame | None = None, *,
+    round_index: int,
 ) -> tuple[pd.DataFrame, dict]:
     """Run `rl.samples_per_prompt` episodes on each of `rl.prompts_per_round` train tasks (the agent loop;
     `rollout.*` sets turns, context budget and environment execution).
@@ -156,14 +157,14 @@ def rollout(
     tasks = tasks_from_frame(train_tasks)
     order = _prompt_order(tasks, rl, seed, pass_rates, domain_levels)
     env = get_domain(domain)
-    config = RolloutConfig.from_params(rollout)
+    config = rollout
     if config.engine == "vllm" and distributed.world_size() > 1:
         raise ValueError("rollout.engine: vllm does not run data-parallel yet; use the transformers engine under "
                          "torchrun, or run vLLM in one process (docs/distributed.md)")
 
     def run(indices: list[int], draw_seed: int) -> tuple[list, dict]:
-        return sample_episodes(policy, env, [tasks[i] for i in indices], rl["samples_per_prompt"], config,
-                               SamplingConfig(**rl["sampling"], seed=draw_seed), desc=f"round {round_index} rollout")
+        return sample_episodes(policy, env, [tasks[i] for i in indices], rl.samples_per_prompt, config,
+                               replace(rl.sampling, seed=draw_seed), desc=f"round {round_index} rollout")
 
     def score(indices: list[int], episodes: list) -> list[float]:
         scores, _ = judge_sharded(env, [e.score for e in episodes], [e.answer for e in episodes],
@@ -173,29 +174,31 @@ def rollout(
                 episode.score = verdict
         return [s.reward for s in scores]
 
-    drawn = draw_groups(distributed.shard_run(run), order, rl["prompts_per_round"], seed, score, DynamicSampling(**rl["dynamic_sampling"]))
+    drawn = draw_groups(distributed.shard_run(run), order, rl.prompts_per_round, seed, score, rl.dynamic_sampling)
     frame = rollouts_frame(drawn.episodes, [tasks[i] for i in drawn.prompt_indices], round_index, policy.version)
     return frame, drawn.stats
 
 
-def track_pass_rates(scored: pd.DataFrame, rl: dict, previous: pd.DataFrame | None = None) -> pd.DataFrame:
+def track_pass_rates(scored: pd.DataFrame, rl: RLConfig, previous: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every task's online pass-rate estimate after this round (the curriculum's state, persisted
     per round so a resumed run continues with it)."""
     before = dict(zip(previous["task_id"], previous["pass_rate"])) if previous is not None else {}
-    rates = update_pass_rates(before, observed_pass_rates(scored), rl["curriculum"]["pass_rate_ema"])
+    rates = update_pass_rates(before, observed_pass_rates(scored), rl.curriculum.pass_rate_ema)
     return pd.DataFrame({"task_id": sorted(rates), "pass_rate": [rates[t] for t in sorted(rates)]})
 
 
 def track_levels(
-    scored: pd.DataFrame, train_tasks: pd.DataFrame, rl: dict, previous: pd.DataFrame | None = None, *,
+    scored: pd.DataFrame, train_tasks: pd.DataFrame, rl: RLConfig, previous: pd.DataFrame | None = None, *,
     round_index: int,
 ) -> pd.DataFrame:
     """Each domain's curriculum level and online pass rate after this round, and its weight for the
     next (the per-round domain table, logged to MLflow; read by the next round's rollout)."""
-    return track_domain_levels(scored, tasks_from_frame(train_tasks), rl["curriculum"], previous, round_index)
+    return track_domain_levels(scored, tasks_from_frame(train_tasks), rl.curriculum, previous, round_index)
 
 
-def verify(rollouts: pd.DataFrame, train_tasks: pd.DataFrame, domain: dict, verify: dict) -> tuple[pd.DataFrame, dict]:
+def verify(
+    rollouts: pd.DataFrame, train_tasks: pd.DataFrame, domain: dict, verify: VerifyConfig,
+) -> tuple[pd.DataFrame, dict]:
     """The `scored` table: each episode's verdict, the one it already has (its environment's, or the
     pool's when dynamic sampling scored its group in the rollout) or (for the answers left to it) the
     domain's verifier's through the pool, in one batch.
@@ -218,8 +221,9 @@ def verify(rollouts: pd.DataFrame, train_tasks: pd.DataFrame, domain: dict, veri
 
 def update(
     policy: Policy, scored: pd.DataFrame, validation_tasks: pd.DataFrame, rollout_stats: dict,
-    verify_stats: dict, pass_rates: pd.DataFrame, domain_levels: pd.DataFrame, domain: dict, verify: dict, rl: dict,
-    evaluate: dict, rollout: dict, reference: Policy | None = None, *, round_index: int, validate: bool = True,
+    verify_stats: dict, pass_rates: pd.DataFrame, domain_levels: pd.DataFrame, domain: dict, verify: VerifyConfig,
+    rl: RLConfig, evaluate: EvaluateConfig, rollout: RolloutConfig, reference: Policy | None = None, *,
+    round_index: int, validate: bool = True,
 ) -> tuple[Policy, dict, dict] | tuple[Policy, dict]:
     """One policy-gradient update on the round's scored rollouts, then the round's held-out accuracy.
 
@@ -235,11 +239,11 @@ def update(
     seed = round_seed(rl, round_index)
     seed_everything(seed)
     staleness = policy.version - int(scored["policy_version"].min()) if len(scored) else 0
-    if staleness > rl["max_staleness"]:
+    if staleness > rl.max_staleness:
         raise ValueError(
             f"round {round_index}: the rollouts come from policy version {int(scored['policy_version'].min())}, "
             f"{staleness} updates behind the policy version {policy.version} being trained, over "
-            f"rl.max_staleness={rl['max_staleness']}"
+            f"rl.max_staleness={rl.max_staleness}"
         )
     samples = samples_from_scored(scored)
     if not samples:
@@ -248,29 +252,26 @@ def update(
             "Fix the verifier infrastructure and resume from the last checkpoint."
         )
     start = time.perf_counter()
-    update = {**rl["update"], "lr": round_lr(rl, round_index)}
-    if update.get("overlong_cache_length") and update.get("overlong_max_length") is None:
-        update["overlong_max_length"] = rl["sampling"]["max_new_tokens"]
-    if rl["max_staleness"] > 0:  # the behaviour policy is older than the trained one: correct for it (TIS)
-        update["engine_is_correction"] = True
-    config = UpdateConfig(**update, seed=seed)
-    episodes = RolloutConfig.from_params(rollout)
+    # the behaviour policy is older than the trained one with asynchronous rounds: correct for it (TIS)
+    config = replace(rl.update, lr=round_lr(rl, round_index), seed=seed,
+                     engine_is_correction=rl.update.engine_is_correction or rl.max_staleness > 0)
+    episodes = rollout
     # beside a rollout running ahead, on the cores it leaves; else on all (a rule of the round's wiring, not of timing)
     with sharing_cores(episodes.background_threads) as trainer_threads:
         stats = rl_update(policy, samples, config, reference.model if reference else None)
     update_seconds = time.perf_counter() - start
-    if rl["max_staleness"] > 0:
+    if rl.max_staleness > 0:
         # the next round's rollout may be sampling right now, on the engine: it syncs the weights it samples
         # from itself, and this round's validation runs on the trained policy in this process
         episodes = replace(episodes, engine="transformers", background=False)
         stats["engine_weight_sync_seconds"] = 0.0
     else:
         stats["engine_weight_sync_seconds"] = push_weights(policy, episodes)
-    band = rl["curriculum"]["band"]
+    band = rl.curriculum.band
     stats.update(
         round=round_index,
         lr=config.lr,
-        **({"staleness": staleness} if rl["max_staleness"] > 0 else {}),
+        **({"staleness": staleness} if rl.max_staleness > 0 else {}),
         **round_metrics(scored, episodes.max_turns),
         **component_stats(scored),  # proxy vs gold when the reward is learned (overoptimisation.py)
         **level_stats(domain_levels),
@@ -297,21 +298,23 @@ def update(
 SOLVED_HERE, SECONDS_HERE = "_val_solved_in_update", "_val_seconds_in_update"
 
 
-def _validation_split(validation_tasks: pd.DataFrame, evaluate: dict, rl: dict | None) -> tuple[list[Task], list[Task]]:
+def _validation_split(
+    validation_tasks: pd.DataFrame, evaluate: EvaluateConfig, rl: RLConfig | None,
+) -> tuple[list[Task], list[Task]]:
     """The first `evaluate.validation_size` validation tasks: those the update validates and those the
     background worker validates ahead (asynchronous rounds, `rl` given: the last `rl.validation_ahead_share`
     of them; else none)."""
-    tasks = tasks_from_frame(validation_tasks)[: evaluate["validation_size"]]
+    tasks = tasks_from_frame(validation_tasks)[: evaluate.validation_size]
     if not tasks:
         raise ValueError("the validation split is empty: nothing to validate the rounds on")
-    here = len(tasks) - (round(rl["validation_ahead_share"] * len(tasks)) if rl is not None else 0)
+    here = len(tasks) - (round(rl.validation_ahead_share * len(tasks)) if rl is not None else 0)
     return tasks[:here], tasks[here:]
 
 
-def _solved(policy: Policy, tasks: list[Task], domain: dict, verify: dict, evaluate: dict,
+def _solved(policy: Policy, tasks: list[Task], domain: dict, verify: VerifyConfig, evaluate: EvaluateConfig,
             episodes: RolloutConfig) -> int:
     """How many of `tasks` the policy's greedy episode solves."""
-    return greedy_solved(policy, tasks, get_domain(domain), verify, SamplingConfig(**evaluate["sampling"]), episodes)
+    return greedy_solved(policy, tasks, get_domain(domain), verify, evaluate.sampling, episodes)
 
 
 @dataclass
@@ -325,8 +328,8 @@ class ValidationAhead:
 
 
 def validate_ahead(
-    policy: Policy, validation_tasks: pd.DataFrame, domain: dict, verify: dict, evaluate: dict, rollout: dict,
-    rl: dict, prefetched: Prefetched | None = None, *, round_index: int,
+    policy: Policy, validation_tasks: pd.DataFrame, domain: dict, verify: VerifyConfig, evaluate: EvaluateConfig,
+    rollout: RolloutConfig, rl: RLConfig, prefetched: Prefetched | None = None, *, round_index: int,
 ) -> ValidationAhead:
     """Start round `round_index`'s validation, of `policy` (the policy that round's update wrote, which the
     round after it starts from), in the background thread, behind the rollout running ahead.
@@ -338,7 +341,7 @@ def validate_ahead(
     The worker takes the last `rl.validation_ahead_share` of the tasks; the round's update validated the
     others right after it trained, on the cores the worker leaves, so neither side waits long for the other.
     """
-    episodes = RolloutConfig.from_params(rollout)
+    episodes = rollout
     frozen = prefetched.behaviour if prefetched is not None and prefetched.behaviour is not None else frozen_copy(policy)
     rollout_started_ahead()  # pending like a rollout ahead: the update beside it trains on the cores it leaves
     here, ahead = _validation_split(validation_tasks, evaluate, rl)
@@ -347,9 +350,9 @@ def validate_ahead(
 
 
 def prefetch_and_validate_ahead(
-    policy: Policy, train_tasks: pd.DataFrame, rl: dict, domain: dict, verify: dict, rollout_params: dict,
-    pass_rates: pd.DataFrame, domain_levels: pd.DataFrame, validation_tasks: pd.DataFrame, evaluate: dict, *,
-    round_index: int,
+    policy: Policy, train_tasks: pd.DataFrame, rl: RLConfig, domain: dict, verify: VerifyConfig,
+    rollout_params: RolloutConfig, pass_rates: pd.DataFrame, domain_levels: pd.DataFrame,
+    validation_tasks: pd.DataFrame, evaluate: EvaluateConfig, *, round_index: int,
 ) -> tuple[Prefetched, ValidationAhead]:
     """`prefetch_rollout` for round `round_index`, then `validate_ahead` for round `round_index - 2` behind it,
     from the same frozen copy, in one node (so the update that follows is the next node to run)."""
@@ -369,7 +372,7 @@ def _timed(func):
 
 
 def finish_round(
-    stats: dict, validation: dict | ValidationAhead, domain_levels: pd.DataFrame, rl: dict, *_after: object,
+    stats: dict, validation: dict | ValidationAhead, domain_levels: pd.DataFrame, rl: RLConfig, *_after: object,
 ) -> tuple[dict, dict]:
     """The round's stats with its validation (`val_greedy_accuracy`, `eval_seconds`), as `update` returns them:
     without operational ones, and all of them as an MLflow metric history entry (step = round).
@@ -390,7 +393,7 @@ def finish_round(
         validation = {"val_greedy_accuracy": (stats.pop(SOLVED_HERE) + solved) / validation.tasks,
                       "eval_seconds": stats.pop(SECONDS_HERE) + seconds}
     stats = _with_validation(stats, validation)
-    curves = without_domain_curves(stats, set(domain_levels["domain"]), rl["domain_curves_max"])
+    curves = without_domain_curves(stats, set(domain_levels["domain"]), rl.domain_curves_max)
     history = {k: {"value": float(v), "step": stats["round"]} for k, v in curves.items() if k != "round"}
     return _reproducible(stats), history
 
@@ -413,7 +416,7 @@ def _reproducible(stats: dict) -> dict:
     return {k: v for k, v in stats.items() if k not in OPERATIONAL_KEYS and not k.startswith(OPERATIONAL_PREFIX)}
 
 
-def summarize_rounds(round_stats: dict, rl: dict) -> list[dict]:
+def summarize_rounds(round_stats: dict, rl: RLConfig) -> list[dict]:
     """All `rl.rounds` rounds' stats (the per-round files) in order, without operational stats (so reruns
     compare byte for byte)."""
-    return [_reproducible(s) for s in each_round(round_stats, rl["rounds"], "round stats")]
+    return [_reproducible(s) for s in each_round(round_stats, rl.rounds, "round stats")]
