@@ -48,3 +48,22 @@ def test_per_domain_curves_are_dropped_only_beyond_the_limit():
     stats = {"pass_rate": 0.5, "a.level": 1.0, "b.level": 2.0, "a_b": 1.0}
     assert without_domain_curves(stats, {"a", "b"}, max_domains=2) == stats
     assert without_domain_curves(stats, {"a", "b"}, max_domains=1) == {"pass_rate": 0.5, "a_b": 1.0}
+
+
+def test_a_long_runs_heatmap_keeps_its_size_with_each_column_the_mean_of_consecutive_rounds():
+    # A column per round made a 5,000-round run's picture 175,000 pixels wide (2.5 GB to draw, after the loop).
+    from rlvr_factory.domain_report import MAX_COLUMNS
+
+    rounds = 1000
+    stacked = domain_rounds(*[table(k, {"a": (k % 2) * 1.0, "b": 0.25}, {"a": 1, "b": 2}) for k in range(rounds)])
+    figure = domain_heatmap(stacked)
+    ax = figure.axes[0]
+    grid = ax.images[0].get_array()
+    assert grid.shape == (2, MAX_COLUMNS)
+    assert grid[0, 0] == pytest.approx(0.5) and grid[1, -1] == pytest.approx(0.25)  # rounds 0-9: half of them 1
+    assert figure.get_size_inches()[0] <= 0.35 * MAX_COLUMNS + 3
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels[:2] == ["0", "40"] and len(labels) <= 26  # each label names the first round of its column
+    assert "mean of 10 rounds" in ax.get_xlabel()
+    small = domain_heatmap(domain_rounds(*[table(k, {"a": 0.5}, {"a": 1}) for k in range(3)])).axes[0]
+    assert [t.get_text() for t in small.get_xticklabels()] == ["0", "1", "2"] and small.get_xlabel() == "RL round"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import random
 import time
@@ -209,7 +208,7 @@ def verify(
     check that failed for infrastructure reasons on every attempt has status `infra_error`.
     Data-parallel, each rank verifies its share of the rows (the pool stats are its own share's).
     """
-    references = dict(zip(train_tasks["task_id"], train_tasks["reference"].map(json.loads)))
+    references = {task.task_id: task.reference for task in tasks_from_frame(train_tasks)}
     start = time.perf_counter()
     scores, pool_stats = judge_sharded(
         get_domain(domain), verdicts(rollouts), list(rollouts["answer"]), [references[t] for t in rollouts["task_id"]],
