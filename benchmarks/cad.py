@@ -27,7 +27,7 @@ from rlvr_factory.cad.scripts import cadquery_available, cadquery_expression
 from rlvr_factory.cad.solid import agreement, build
 from rlvr_factory.domains.cad import CadDomain
 from rlvr_factory.domains.cad_tasks import draw_part
-from rlvr_factory.verification import verify_batch
+from rlvr_factory.verification import VerifyConfig, verify_batch
 
 
 def occt_iou(a, b) -> float:
@@ -48,7 +48,7 @@ def pool_seconds(domain: CadDomain, completions: list[str], references: list[dic
     """Seconds the pipeline's verifier pool takes to score the completions, and their scores."""
     start = time.perf_counter()
     scores, _ = verify_batch(domain, completions, references,
-                             {"workers": workers, "timeout_seconds": 30.0, "max_input_chars": 100_000})
+                             VerifyConfig(workers=workers, timeout_seconds=30.0, max_input_chars=100_000))
     return time.perf_counter() - start, scores
 
 

@@ -16,7 +16,7 @@ import time
 
 from rlvr_factory.domains import get_domain, source_rows
 from rlvr_factory.domains.curation import validate
-from rlvr_factory.verification import verify_batch
+from rlvr_factory.verification import VerifyConfig, verify_batch
 
 SETS = {
     "gsm8k (train+test)": {"name": "gsm8k", "sources": {"train": "shared:gsm8k/train.jsonl",
@@ -35,7 +35,7 @@ def measure(label: str, params: dict, workers: int) -> dict:
     local_s = time.perf_counter() - start
     start = time.perf_counter()
     pooled, _ = verify_batch(domain, completions, [t.reference for t in tasks],
-                             {"workers": workers, "timeout_seconds": 10.0, "max_input_chars": 100_000})
+                             VerifyConfig(workers=workers, timeout_seconds=10.0, max_input_chars=100_000))
     pool_s = time.perf_counter() - start
     agree = sum(a.reward == b.reward for a, b in zip(local, pooled))
     return {"set": label, "rows": len(rows), "valid": len(tasks), "score_1": sum(s.reward == 1.0 for s in pooled),

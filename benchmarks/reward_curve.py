@@ -22,9 +22,9 @@ from rlvr_factory.config_loader import ConfigLoader
 from rlvr_factory.domains import get_domain, tasks_from_frame
 from rlvr_factory.models.policy import load_policy
 from rlvr_factory.rollout.hf import SamplingConfig, generate
-from rlvr_factory.verification import verify_batch
+from rlvr_factory.verification import VerifyConfig, verify_batch
 
-VERIFY = {"workers": 1, "timeout_seconds": 10.0, "max_input_chars": 100_000}
+VERIFY = VerifyConfig(workers=1, timeout_seconds=10.0, max_input_chars=100_000)
 
 
 def policies(project: Path) -> list[tuple[str, Path]]:

@@ -31,7 +31,6 @@ from rlvr_factory.domains import get_domain, tasks_from_frame
 from rlvr_factory.evaluation import greedy_accuracy
 from rlvr_factory.models.policy import load_policy
 from rlvr_factory.pipelines.rl.loop import RoundLoopRunner
-from rlvr_factory.rollout.hf import SamplingConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {
@@ -75,8 +74,8 @@ def test_accuracy(project: Path, policy_dir: str, params: dict) -> float:
         conf = session.load_context().params
     tasks = tasks_from_frame(pd.read_parquet(project / "data/05_model_input/test_tasks.parquet"))
     policy = load_policy(project / policy_dir, device="cpu")
-    return greedy_accuracy(policy, tasks, get_domain(conf["domain"]), conf["verify"],
-                           SamplingConfig(**conf["evaluate"]["sampling"]))
+    # the session hands blocks typed (Kedro's typed parameters), as the nodes receive them
+    return greedy_accuracy(policy, tasks, get_domain(conf["domain"]), conf["verify"], conf["evaluate"].sampling)
 
 
 def main() -> None:

@@ -45,9 +45,9 @@ from rlvr_factory.models.tiny import TinyModelConfig, build_tiny_model
 from rlvr_factory.models.tokenizer import build_byte_tokenizer
 from rlvr_factory.rollout.hf import SamplingConfig, generate
 from rlvr_factory.training.grpo import Sample, UpdateConfig, rl_update
-from rlvr_factory.verification import verify_batch
+from rlvr_factory.verification import VerifyConfig, verify_batch
 
-VERIFY = {"workers": 1, "timeout_seconds": 5.0, "max_input_chars": 4000}
+VERIFY = VerifyConfig(workers=1, timeout_seconds=5.0, max_input_chars=4000)
 LEVELS = {1: {"digits": 1, "operands": 2, "ops": "+-"}, 2: {"digits": 2, "operands": 2, "ops": "+-*"}}
 
 
