@@ -448,3 +448,17 @@ def test_a_batched_verifier_gets_its_checks_in_batches_streamed_in_order_each_pa
     assert all(s.status == "ok" for s in scores)
     assert stats["dispatched"] == 6 and stats["quick"] == 1 and stats["cached"] == 3
     assert submitted == 2  # ok:0-2, then ok:3, ok:4, ok:9: one job per three distinct checks
+
+
+@pytest.mark.parametrize("workers,timeout,says", [
+    (0, 5.0, "scheduler.workers: must be > 0"),  # no worker would ever take a check: every batch would hang
+    (1, float("nan"), "scheduler.timeout_seconds: must be a finite number"),
+    (1, -1.0, "scheduler.timeout_seconds: must be > 0"),
+])
+def test_a_pool_without_workers_or_with_a_bad_time_limit_is_refused_before_it_starts(workers, timeout, says):
+    # typed scheduler settings (`SchedulerConfig`) or a mapping: the pool's own workers and limit are checked with them
+    from rlvr_factory.scheduler import SchedulerConfig
+
+    for scheduler in (None, {"backend": "local"}, SchedulerConfig()):
+        with pytest.raises(ValueError, match=says):
+            VerifierPool(MathVerifier(), workers=workers, timeout=timeout, scheduler=scheduler)

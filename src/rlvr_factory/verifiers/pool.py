@@ -19,12 +19,12 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
-from rlvr_factory.scheduler import JobResult, Scheduler, SchedulerConfig, SchedulerSettings, create_scheduler
+from rlvr_factory.scheduler import JobResult, Scheduler, SchedulerConfig, create_scheduler
+from rlvr_factory.schema import parse, to_dict
 from rlvr_factory.verifiers.isolation import require_sandbox, start_servers, time_limit
-from rlvr_factory.schema import parse
 from rlvr_factory.verifiers.score import Score
 
 logger = logging.getLogger(__name__)
@@ -139,9 +139,9 @@ class VerifierPool:
         self.memory_limit_mb = memory_limit_mb
         self._batch_size = batch_size_of(verifier)
         self._check = FullCheck(verifier, timeout) if self._batch_size is None else BatchCheck(verifier)
-        self.scheduler: Scheduler = create_scheduler(SchedulerSettings(
-            **{f.name: getattr(config, f.name) for f in fields(SchedulerConfig)}, workers=workers, timeout_seconds=timeout,
-        ), memory_limit_mb)
+        self.scheduler: Scheduler = create_scheduler(  # checked whole, the pool's workers and timeout included
+            {**to_dict(config), "workers": workers, "timeout_seconds": timeout}, memory_limit_mb
+        )
         try:
             self.scheduler.register(self._check)  # workers load the verifier before they report ready
         except TypeError as e:
