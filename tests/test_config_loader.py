@@ -34,11 +34,12 @@ def test_an_environment_changes_single_keys_of_base_blocks_and_replaces_the_doma
         "rl: {rounds: 20, update: {lr: 0.1, clip_low: 0.3}}\ndomain: {name: arithmetic, levels: {1: {digits: 2}}}\n"
         "sft: {num_examples: 3}\n")
     (tmp_path / "scale").mkdir()
-    (tmp_path / "scale/parameters.yml").write_text("rl: {update: {lr: 0.5}}\ndomain: {name: reasoning_gym}\n")
+    (tmp_path / "scale/parameters.yml").write_text("rl: {update: {lr: 0.5}}\ndomain: {name: extraction, splits: {train: 2}}\n")
     params = ConfigLoader(str(tmp_path), env="scale", runtime_params={"rl": {"rounds": 2}}, base_env="base",
                           default_run_env="local")["parameters"]
     assert (params["rl"]["rounds"], params["rl"]["update"]["lr"], params["rl"]["update"]["clip_low"]) == (2, 0.5, 0.3)
-    assert params["domain"] == {"name": "reasoning_gym"}
+    assert params["domain"]["name"] == "extraction" and params["domain"]["splits"] == {"train": 2}
+    assert params["domain"]["levels"] == [1, 2]  # extraction's default: nothing of base's arithmetic block
     assert params["sft"]["num_examples"] == 3
 
 
@@ -70,6 +71,43 @@ def test_no_environment_restates_a_default_it_only_changes_values():
         if key[0] != "domain" and _at(base, key) == value
     ]
     assert not restated, "environments restate defaults (delete these keys):\n" + "\n".join(restated)
+
+
+def _domain_restated(block: dict, prefix: str):
+    """The keys of a domain block (a mix's members too) that equal its domain's own defaults."""
+    import dataclasses
+
+    from rlvr_factory.domains import domain_factory, settings_class
+    from rlvr_factory.schema import to_dict
+
+    fields = dataclasses.fields(settings_class(domain_factory(block["name"])))
+    defaults = {f.name: to_dict(f.default if f.default is not dataclasses.MISSING else f.default_factory())
+                for f in fields if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
+    defaults.update(reward="verifier", reward_model={})
+    for key, value in block.items():
+        if key == "domains" and block["name"] == "mix":
+            for member, member_block in value.items():
+                yield from _domain_restated({"name": member, **{k: v for k, v in member_block.items() if k != "weight"}},
+                                            f"{prefix}.domains.{member}")
+                if member_block.get("weight") == 1.0:
+                    yield f"{prefix}.domains.{member}.weight = 1.0"
+        elif key in defaults and to_dict(value) == defaults[key]:
+            yield f"{prefix}.{key} = {value!r}"
+
+
+def test_no_domain_block_restates_its_domains_own_default():
+    # The domain block is typed by its domain's constructor (domains/registry.py), so the same rule holds there:
+    # a key an environment sets to the constructor's default is a second copy of it, stale when the default
+    # changes (docs/configuration.md lists each domain's keys and defaults). Base's block is exempt as its
+    # other blocks' keys are: DVC names it whole, and `dvc exp run -S` sets only keys the file has.
+    restated = [
+        f"{path.relative_to(PROJECT_ROOT)}: {found}"
+        for env in sorted(p for p in (PROJECT_ROOT / "conf").iterdir() if p.is_dir() and p.name not in ("base", "local"))
+        for path in sorted(env.glob("**/parameters*.yml"))
+        if isinstance((yaml.safe_load(path.read_text()) or {}).get("domain"), dict)
+        for found in _domain_restated(yaml.safe_load(path.read_text())["domain"], "domain")
+    ]
+    assert not restated, "domain blocks restate their domain's defaults (delete these keys):\n" + "\n".join(restated)
 
 
 def _paths(tree) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -16,6 +17,8 @@ import pytest
 import yaml
 
 from rlvr_factory.config_loader import ConfigLoader
+from rlvr_factory.domains import DOMAINS, DomainConfig, get_domain, register_domain, settings_class
+from rlvr_factory.domains.arithmetic import ArithmeticDomain
 from rlvr_factory.parameters import Parameters, resolve
 from rlvr_factory.schema import ConfigError, to_dict
 from rlvr_factory.settings import CONFIG_LOADER_ARGS
@@ -78,6 +81,10 @@ def test_the_base_yaml_restates_a_default_only_where_dvc_names_the_key():
     ({"evaluate": {"sampling": {"top_p": 1.5}}}, "evaluate.sampling.top_p", "must be > 0 and <= 1"),
     ({"verify": {"scheduler": {"backend": "slurm"}}}, "verify.scheduler.backend", "one of 'local', 'ray'"),
     ({"domain": {"name": "arithmetic", "levelz": {}}}, "domain.levelz", "did you mean levels?"),
+    # the domain block is typed by its constructor's annotations: wrong types and missing arguments fail at start
+    ({"domain": {"name": "arithmetic", "seed": "zero"}}, "domain.seed", "expected int, got 'zero'"),
+    ({"domain": {"name": "arithmetic", "splits": {"train": 0.5}}}, "domain.splits.train", "expected int, got 0.5"),
+    ({"domain": {"name": "arithmetic", "reward": "verifer"}}, "domain.reward", "one of verifier, model or mapping"),
     ({"rlvr": {"rounds": 2}}, "rlvr", "did you mean rl?"),
 ])
 def test_a_wrong_runtime_parameter_names_the_key_the_allowed_values_and_params(runtime, key, says):
@@ -275,3 +282,49 @@ def test_a_session_hands_nodes_whole_typed_blocks(tmp_path):
         assert isinstance(rollout, RolloutConfig) and isinstance(rollout.multi_turn, MultiTurnConfig)
         # MLflow gets every key flattened as before (to_dict), never a dataclass's repr
         assert to_dict(dict(context.params))["rl"]["curriculum"]["band"] == [0.2, 0.7]
+        # the domain block too: its keys typed by the domain's constructor, written back under `domain.*`
+        domain = context.catalog.load("params:domain")
+        assert isinstance(domain, DomainConfig) and isinstance(domain.settings, settings_class(ArithmeticDomain))
+        assert domain.settings.splits == {"train": 4000, "validation": 400, "test": 400} and domain.settings.seed == 0
+        written = to_dict(dict(context.params))["domain"]
+        assert written["name"] == "arithmetic" and written["splits"]["train"] == 4000 and "settings" not in written
+        assert pickle.loads(pickle.dumps(domain)) == domain  # workers get it as the run does
+
+
+@pytest.mark.parametrize(("domain", "key", "says"), [
+    ({"name": "extraction"}, "domain.splits", "has no default for splits"),
+    ({"name": "mix", "domains": {"arithmetic": {"seeds": 1}}}, "domain.domains.arithmetic.seeds", "did you mean seed?"),
+    ({"name": "mix", "domains": {"arithmetic": {"weight": 0}}}, "domain.domains.arithmetic.weight", "must be > 0"),
+    ({"name": "mix", "domains": {"sums": {"name": "arithmetic", "splits": {"train": "many"}}}},
+     "domain.domains.sums.splits.train", "expected int"),
+    ({"name": "mix", "domains": {}}, "domain.domains", "at least one member"),
+    ({"name": "arithmetic", "verifier": {"tolerance": float("inf")}}, "domain.verifier.tolerance", "finite"),
+])
+def test_a_domain_blocks_keys_are_checked_against_its_constructor_and_a_mixs_members_too(domain, key, says):
+    with pytest.raises(ConfigError, match=re.escape(says)) as error:
+        resolve({"domain": domain})
+    assert error.value.key == key
+
+
+def test_a_domain_block_and_its_mapping_build_the_same_domain():
+    import dataclasses
+
+    from rlvr_factory.schema import parse
+
+    block = {"name": "mix", "domains": {"arithmetic": {"splits": {"train": 20, "validation": 4, "test": 4}},
+                                        "extraction": {"splits": {"train": 10, "validation": 2, "test": 2}, "weight": 0.5}}}
+    typed = parse(DomainConfig, block, "domain")
+    members = typed.settings.domains
+    assert members["extraction"]["weight"] == 0.5 and members["arithmetic"]["seed"] == 0  # defaults filled in
+    assert [t.prompt for t in get_domain(typed).generate_tasks()] == [t.prompt for t in get_domain(block).generate_tasks()]
+    assert get_domain(typed).weights == {"arithmetic": 1.0, "extraction": 0.5}
+    assert dataclasses.is_dataclass(typed.settings) and to_dict(typed)["domains"]["extraction"]["name"] == "extraction"
+    # a domain whose constructor takes **kwargs keeps a checked mapping of whatever it is given
+    register_domain("open_ended_test", lambda **options: ArithmeticDomain(**options))
+    try:
+        open_ended = parse(DomainConfig, {"name": "open_ended_test", "seed": 3}, "domain")
+        assert open_ended.settings == {"seed": 3} and get_domain(open_ended).seed == 3
+        with pytest.raises(ConfigError, match="finite"):
+            parse(DomainConfig, {"name": "open_ended_test", "seed": float("nan")}, "domain")
+    finally:
+        del DOMAINS["open_ended_test"]

@@ -34,8 +34,9 @@ An environment's run writes its data under `data/envs/ENV/` (a plain `kedro run`
 checkpoint folders below name that place `${data_root:}`.
 
 The `domain` block is the task domain's: `name` picks the domain (`domains/registry.py`), and its
-other keys are that domain's constructor arguments (`reward` and `reward_model` select a learned
-reward, docs/preferences.md); `conf/base/parameters_curate.yml` and the environments' files show them.
+other keys are that domain's constructor arguments, typed by the constructor's annotations
+(`reward` and `reward_model` select a learned reward, docs/preferences.md). The last section lists
+them for each built-in domain; `conf/base/parameters_curate.yml` and the environments' files show them set.
 """
 
 
@@ -74,12 +75,56 @@ def _section(cls: type, key: str, default: Any, out: list[str]) -> None:
         _section(block, sub, value, out)
 
 
+def _builtin_domains() -> dict[str, Any]:
+    """Each built-in domain's name and constructor: the registered ones and the package's modules."""
+    import pkgutil
+
+    import rlvr_factory.domains as package
+    from rlvr_factory.domains.registry import DOMAINS, domain_factory
+
+    found = {name: factory for name, factory in DOMAINS.items() if factory.__module__.startswith(package.__name__)}
+    for module in pkgutil.iter_modules(package.__path__):
+        try:
+            found.setdefault(module.name, domain_factory(module.name))
+        except ValueError:
+            continue  # a library module, not a domain
+    return dict(sorted(found.items()))
+
+
+def _domain_section(default: dict[str, Any], out: list[str]) -> None:
+    """The `domain` block: its own keys, then each built-in domain's (its constructor's arguments)."""
+    from rlvr_factory.domains.registry import DomainConfig, settings_class, settings_docs
+
+    types, docs = field_types(DomainConfig), field_docs(DomainConfig)
+    out += ["## `domain`", "", f"`{DomainConfig.__module__}.{DomainConfig.__qualname__}`", "",
+            "| key | type | default | what it does |", "|---|---|---|---|"]
+    for name in ("name", "reward", "reward_model"):
+        out.append(f"| `{name}` | {_cell(describe(types[name]))} | {_cell(_default(default[name]))} | {_cell(docs[name])} |")
+    out += ["", "The other keys are the chosen domain's, one per argument of its constructor:", ""]
+    for name, factory in _builtin_domains().items():
+        cls = settings_class(factory)
+        docs = settings_docs(factory)
+        out += [f"### `domain.name: {name}`", "", f"`{factory.__module__}.{factory.__qualname__}`", "",
+                "| key | type | default | what it does |", "|---|---|---|---|"]
+        for f in dataclasses.fields(cls):
+            missing = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            value = "required" if missing else _cell(_default(to_dict(
+                f.default if f.default is not dataclasses.MISSING else f.default_factory())))
+            if f.name == "max_turns":  # parameters.with_loop_turns: one key for the loop and the environment
+                value = "`rollout.max_turns` (the run sets it; the block may not)"
+            out.append(f"| `{f.name}` | {_cell(describe(field_types(cls)[f.name]))} | {value} | {_cell(docs.get(f.name, ''))} |")
+        out.append("")
+
+
 def render() -> str:
     """The whole reference, as Markdown."""
     defaults = to_dict(Parameters())
     out = [HEADER]
     types = field_types(Parameters)
     for name in configurable(Parameters):
+        if name == "domain":
+            _domain_section(defaults[name], out)
+            continue
         block = _block(types[name])
         if block is not None:
             _section(block, name, defaults[name], out)

@@ -10,8 +10,8 @@ typed parameters: a node argument annotated `rl: RLConfig` gets `params:rl` as a
 `rl.update.lr`, never `rl["update"]["lr"]`; every node annotates every block it reads (a test checks).
 A new setting is one field (with its comment, which `docs/configuration.md` shows) in the block's dataclass.
 
-The `domain` block is the one exception: its keys are the constructor arguments of the domain
-its `name` picks (`domains/registry.py`), checked against that constructor's signature.
+The `domain` block's keys depend on its `name`: they are the constructor arguments of the domain
+it picks, typed by the constructor's signature (`domains/registry.DomainConfig`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal, Mapping
 
 from rlvr_factory.audit import AuditConfig
 from rlvr_factory.distributed import DistributedConfig
-from rlvr_factory.domains.registry import domain_factory
+from rlvr_factory.domains.registry import DomainConfig, domain_factory
 from rlvr_factory.models.lora import LoraSettings
 from rlvr_factory.models.policy import DTYPES
 from rlvr_factory.models.tiny import CopyWarmupConfig, TinyModelConfig
@@ -32,7 +32,7 @@ from rlvr_factory.rollout.agent_loop import RolloutConfig
 from rlvr_factory.rollout.dynamic import DynamicSampling
 from rlvr_factory.rollout.engine import SamplingConfig
 from rlvr_factory.schema import (
-    Block, ConfigError, Fraction, NonNegativeInt, PositiveFloat, PositiveInt, Range, parse, to_dict, unknown_key,
+    Block, ConfigError, Fraction, NonNegativeInt, PositiveFloat, PositiveInt, Range, parse, to_dict,
 )
 from rlvr_factory.rl.preference import PREFERENCE_LOSSES
 from rlvr_factory.training.domain_levels import CurriculumConfig
@@ -42,7 +42,6 @@ from rlvr_factory.training.pairs import PairTrainConfig
 from rlvr_factory.training.sft import SFTConfig
 from rlvr_factory.verification import VerifyConfig
 
-DOMAIN_EXTRA_KEYS = ("name", "reward", "reward_model")  # read by the registry, not the domain's constructor
 
 
 @dataclass(frozen=True)
@@ -165,7 +164,7 @@ class RewardModelBlockConfig(Block):
 @dataclass(frozen=True)
 class Parameters:
     model: ModelConfig = field(default_factory=ModelConfig)  # the base model (parameters_base_model.yml)
-    domain: dict[str, Any] = field(default_factory=lambda: {"name": "arithmetic"})  # the task domain: `name` + its constructor's keys
+    domain: DomainConfig = field(default_factory=DomainConfig)  # the task domain: `name` + its constructor's keys (domains/registry.py)
     curate: CurateConfig = field(default_factory=CurateConfig)  # task curation (parameters_curate.yml)
     sft: SFTBlockConfig = field(default_factory=SFTBlockConfig)  # supervised fine-tuning (parameters_sft.yml)
     rl: RLConfig = field(default_factory=RLConfig)  # RL rounds (parameters_rlvr.yml)
@@ -177,23 +176,6 @@ class Parameters:
     dpo: DPOBlockConfig = field(default_factory=DPOBlockConfig)  # DPO on the pairs (parameters_preference.yml)
     reward_model: RewardModelBlockConfig = field(default_factory=RewardModelBlockConfig)  # Bradley-Terry reward model
     distributed: DistributedConfig = field(default_factory=DistributedConfig)  # data-parallel under torchrun (parameters_distributed.yml)
-
-
-def check_domain(domain: Mapping[str, Any], key: str = "domain") -> None:
-    """Refuse a `domain` block key its domain's constructor does not take (or a domain that does not exist)."""
-    if not isinstance(domain, Mapping):
-        raise ConfigError(key, f"expected a mapping with a `name`, got {domain!r}")
-    try:
-        factory = domain_factory(domain.get("name"))
-    except ValueError as e:
-        raise ConfigError(f"{key}.name", str(e)) from e
-    accepted = inspect.signature(factory).parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted):
-        return
-    valid = [*DOMAIN_EXTRA_KEYS, *(p.name for p in accepted if p.kind is not inspect.Parameter.VAR_POSITIONAL)]
-    for name in domain:
-        if name not in valid:
-            raise unknown_key(key, str(name), valid, f"{factory.__module__}.{factory.__qualname__} (its constructor)")
 
 
 def resolve(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -210,10 +192,11 @@ def resolve(params: Mapping[str, Any]) -> dict[str, Any]:
             # L_max of DAPO's overlong penalty defaults to the completion budget.
             budget = (rl.get("sampling") or {}).get("max_new_tokens", SamplingConfig.max_new_tokens)
             params["rl"] = {**rl, "update": {**update, "overlong_max_length": budget}}
-    check_domain(params.get("domain") or {"name": "arithmetic"})
-    resolved = to_dict(parse(Parameters, params))
-    resolved["domain"] = with_loop_turns(resolved["domain"], resolved["rollout"]["max_turns"])
-    return resolved
+    domain = params.get("domain") or {"name": "arithmetic"}
+    if not isinstance(domain, Mapping):
+        raise ConfigError("domain", f"expected a mapping with a `name`, got {domain!r}")
+    params["domain"] = with_loop_turns(domain, parse(RolloutConfig, params.get("rollout"), "rollout").max_turns)
+    return to_dict(parse(Parameters, params))
 
 
 def with_loop_turns(domain: Mapping[str, Any], turns: int, key: str = "domain", named: bool = True) -> dict[str, Any]:

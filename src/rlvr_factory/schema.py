@@ -8,11 +8,14 @@ comment (the documentation, see `field_docs`). `parse(cls, data, key)` builds it
   string such as YAML 1.1's `1e-3` is read as a float), `str`, `Literal[...]` (the allowed
   values), `X | None`, `list[X]`, `tuple[X, ...]`, `dict[K, V]`, `Any`, or a nested dataclass;
 - `Annotated[int, Range(ge=1)]` (or an alias such as `PositiveInt`) adds bounds;
-- every number, typed or inside an `Any` block (the `domain` block), is checked by `check_number`:
+- every number, typed or inside an `Any` value (a domain's `verifier` options), is checked by `check_number`:
   `nan` and `inf` are refused everywhere, and a setting named as a time limit or a worker count
   (`POSITIVE_NAME`: `timeout...`, `..._s`, `workers`, `..._threads`) must be above 0.
 
 `to_dict(obj)` writes the block back as plain data, every default filled in.
+
+A block whose keys depend on one of its values (the `domain` block, whose keys are its domain's
+constructor arguments) defines `from_block(data, key)` and `to_block()`, which `parse` and `to_dict` use.
 
 A top-level block (`rl`, `rollout`, ...) is a `Block`: nodes receive it typed through Kedro's typed
 parameters (a node argument annotated `rl: RLConfig` gets the `params:rl` block as an `RLConfig`);
@@ -91,14 +94,14 @@ def check_number(key: str, value: Any) -> None:
         raise ConfigError(key, f"must be > 0 (a time limit or a worker count), got {value!r}")
 
 
-def _check_numbers(key: str, value: Any) -> None:
+def check_numbers(key: str, value: Any) -> None:
     """`check_number` on every number in a block of any shape (lists and mappings walked)."""
     if isinstance(value, Mapping):
         for name, item in value.items():
-            _check_numbers(_join(key, str(name)), item)
+            check_numbers(_join(key, str(name)), item)
     elif isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            _check_numbers(f"{key}[{i}]", item)
+            check_numbers(f"{key}[{i}]", item)
     else:
         check_number(key, value)
 
@@ -131,7 +134,7 @@ class Block:
         for field in dataclasses.fields(self):  # type: ignore[arg-type]
             value = getattr(self, field.name)
             if isinstance(value, (Mapping, list)) and field.name in hints:
-                object.__setattr__(self, field.name, _value(hints[field.name], value, field.name))
+                object.__setattr__(self, field.name, check_value(hints[field.name], value, field.name))
 
 
 def parse(cls: type, data: Mapping[str, Any] | None, key: str = "") -> Any:
@@ -139,6 +142,8 @@ def parse(cls: type, data: Mapping[str, Any] | None, key: str = "") -> Any:
     `data` may be one already (a block a node received typed)."""
     if isinstance(data, cls):
         return data
+    if hasattr(cls, "from_block"):  # a block whose keys depend on a value (the `domain` block: its `name`)
+        return cls.from_block(data, key)
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
@@ -148,7 +153,7 @@ def parse(cls: type, data: Mapping[str, Any] | None, key: str = "") -> Any:
     for name in data:
         if name not in names:
             raise unknown_key(key, str(name), names, f"{cls.__module__}.{cls.__qualname__}")
-    values = {name: _value(hints[name], data[name], _join(key, name)) for name in names if name in data}
+    values = {name: check_value(hints[name], data[name], _join(key, name)) for name in names if name in data}
     try:
         return cls(**values)
     except (ValueError, TypeError) as e:
@@ -157,6 +162,8 @@ def parse(cls: type, data: Mapping[str, Any] | None, key: str = "") -> Any:
 
 def to_dict(obj: Any) -> Any:
     """A configuration dataclass (or a value inside one) as plain data: dicts, lists and scalars."""
+    if hasattr(obj, "to_block") and not isinstance(obj, type):
+        return obj.to_block()
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {name: to_dict(getattr(obj, name)) for name in configurable(type(obj))}
     if isinstance(obj, Mapping):
@@ -175,7 +182,7 @@ def describe(tp: Any) -> str:
     origin, args = get_origin(tp), get_args(tp)
     if origin is Literal:
         return "one of " + ", ".join(str(a) for a in args)
-    if _is_union(tp):
+    if is_union(tp):
         return " or ".join("null" if a is type(None) else describe(a) for a in args)
     if origin is tuple and args and args[-1] is not Ellipsis:
         return f"[{', '.join(describe(a) for a in args)}]"
@@ -236,29 +243,32 @@ def _join(key: str, name: str) -> str:
     return f"{key}.{name}" if key else name
 
 
-def _is_union(tp: Any) -> bool:
+def is_union(tp: Any) -> bool:
     return get_origin(tp) is Union or isinstance(tp, types.UnionType)
 
 
-def _value(tp: Any, value: Any, key: str) -> Any:
+def check_value(tp: Any, value: Any, key: str) -> Any:
     """`value` checked against (and, for numbers and nested blocks, converted to) the type `tp`."""
     if get_origin(tp) is Annotated:
         inner, *extras = get_args(tp)
-        value = _value(inner, value, key)
+        value = check_value(inner, value, key)
         for bound in (e for e in extras if isinstance(e, Range)):
             if value is not None and not bound.check(value):
                 raise ConfigError(key, f"must be {bound}, got {value!r}")
         return value
     if tp is Any:
-        _check_numbers(key, value)
+        check_numbers(key, value)
         return value
-    if _is_union(tp):
+    if is_union(tp):
         args = get_args(tp)
         if value is None and type(None) in args:
             return None
-        for arg in (a for a in args if a is not type(None)):
+        options = [a for a in args if a is not type(None)]
+        if len(options) == 1:  # `X | None`: X's own error, which names the key inside it that is wrong
+            return check_value(options[0], value, key)
+        for arg in options:
             try:
-                return _value(arg, value, key)
+                return check_value(arg, value, key)
             except ConfigError:
                 continue
         raise ConfigError(key, f"expected {describe(tp)}, got {value!r}")
@@ -275,14 +285,14 @@ def _value(tp: Any, value: Any, key: str) -> Any:
         fixed = origin is tuple and args and args[-1] is not Ellipsis  # tuple[X, Y]: exactly these
         if fixed and len(value) != len(args):
             raise ConfigError(key, f"expected {len(args)} values ({describe(tp)}), got {value!r}")
-        items = [_value(args[i] if fixed else args[0], v, f"{key}[{i}]") for i, v in enumerate(value)] if args else list(value)
+        items = [check_value(args[i] if fixed else args[0], v, f"{key}[{i}]") for i, v in enumerate(value)] if args else list(value)
         return tuple(items) if origin is tuple or tp is tuple else items
     if origin is dict or tp is dict:
         if not isinstance(value, Mapping):
             raise ConfigError(key, f"expected {describe(tp)}, got {value!r}")
         if not args:
             return dict(value)
-        return {_value(args[0], k, f"{key}.{k}"): _value(args[1], v, f"{key}.{k}") for k, v in value.items()}
+        return {check_value(args[0], k, f"{key}.{k}"): check_value(args[1], v, f"{key}.{k}") for k, v in value.items()}
     return _scalar(tp, value, key)
 
 

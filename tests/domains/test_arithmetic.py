@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from rlvr_factory.domains import DOMAINS, Task, get_domain, tasks_from_frame, tasks_to_frame
+from rlvr_factory.domains import DOMAINS, Task, get_domain, references_of, tasks_from_frame, tasks_to_frame
 from rlvr_factory.domains.arithmetic import ArithmeticDomain, Level, solve_steps
 from rlvr_factory.domains.base import TASK_COLUMNS, Score
 
@@ -235,6 +235,15 @@ def test_tasks_from_frame_restores_python_types():
     )
     (task,) = tasks_from_frame(frame)
     assert task.task_id == "1" and task.difficulty == 3 and task.reference == {"answer": "2"}
+
+
+def test_references_of_decodes_the_named_tasks_references_in_order_with_repeats():
+    tasks = make_domain().generate_tasks()[:6]
+    frame = tasks_to_frame(tasks)
+    ids = [tasks[4].task_id, tasks[1].task_id, tasks[4].task_id]
+    assert references_of(frame, pd.Series(ids)) == [tasks[4].reference, tasks[1].reference, tasks[4].reference]
+    with pytest.raises(KeyError, match="not in the tasks table"):
+        references_of(frame, ["no-such-task"])
 
 
 # get_domain

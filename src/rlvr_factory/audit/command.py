@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         raise AuditUsageError("--tasks and --workers must be at least 1")
     if args.domain is not None:
         given = runtime_params(args.params)
-        given["domain"] = {**given.get("domain", {}), "name": args.domain}
+        given["domain"] = {**(given.get("domain") or {}), "name": args.domain}  # --params may set its keys
         parameters = _resolved(given)
     else:
         parameters = project_parameters(args.env, runtime_params(args.params))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rlvr_factory.domains.arithmetic import ArithmeticDomain
 from rlvr_factory.domains.base import (
-    Domain, Environment, SingleTurnEnvironment, Step, Task, answer_key, environment_for, member, source_rows,
-    tasks_from_frame, tasks_to_frame,
+    Domain, Environment, SingleTurnEnvironment, Step, Task, answer_key, environment_for, member, references_of,
+    source_rows, tasks_from_frame, tasks_to_frame,
 )
 from rlvr_factory.domains.cad import CadDomain
 from rlvr_factory.domains.code import CodeDomain
@@ -14,7 +14,7 @@ from rlvr_factory.domains.gsm8k import GSM8KDomain
 from rlvr_factory.domains.math import MathDomain
 from rlvr_factory.domains.mix import DomainMix
 from rlvr_factory.domains.registry import (
-    DOMAINS, ENTRY_POINT_GROUP, domain_factory, get_domain, known_domains, register_domain,
+    DOMAINS, ENTRY_POINT_GROUP, DomainConfig, domain_factory, get_domain, known_domains, register_domain, settings_class,
 )
 from rlvr_factory.verifiers.score import Score
 
@@ -22,7 +22,7 @@ for _factory in (ArithmeticDomain, CodeDomain, GSM8KDomain, MathDomain, Extracti
     register_domain(_factory.name, _factory)
 
 __all__ = [
-    "CodeDomain", "DOMAINS", "ENTRY_POINT_GROUP", "Domain", "DomainMix", "Environment", "Score", "SingleTurnEnvironment", "Step",
+    "CodeDomain", "DOMAINS", "ENTRY_POINT_GROUP", "Domain", "DomainConfig", "DomainMix", "Environment", "Score", "SingleTurnEnvironment", "Step",
     "Task", "answer_key", "domain_factory", "environment_for", "get_domain", "known_domains", "member",
-    "register_domain", "source_rows", "tasks_from_frame", "tasks_to_frame",
+    "references_of", "register_domain", "settings_class", "source_rows", "tasks_from_frame", "tasks_to_frame",
 ]

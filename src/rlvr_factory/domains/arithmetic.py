@@ -123,6 +123,12 @@ def _error(rng: random.Random) -> int:
 FLAWS = ("direct", "direct_wrong", "slip", "wrong_final")
 
 
+# The default run's levels (difficulty -> digits per operand, operands, operators) and tasks per split.
+LEVELS = {1: {"digits": 2, "operands": 2, "ops": "+"}, 2: {"digits": 2, "operands": 2, "ops": "+-"},
+          3: {"digits": 1, "operands": 3, "ops": "+-*"}, 4: {"digits": 2, "operands": 3, "ops": "+-"}}
+SPLITS = {"train": 4000, "validation": 400, "test": 400}
+
+
 class ArithmeticDomain:
     """Seeded arithmetic tasks, split into train / validation / test without overlap."""
 
@@ -131,11 +137,11 @@ class ArithmeticDomain:
 
     def __init__(
         self,
-        levels: Mapping[int | str, Mapping[str, Any]],
-        splits: Mapping[str, int],
-        seed: int = 0,
-        verifier: Mapping[str, Any] | None = None,
-        tool: Mapping[str, Any] | None = None,
+        levels: Mapping[int | str, Mapping[str, Any]] = LEVELS,  # difficulty -> {digits, operands, ops} (Level)
+        splits: Mapping[str, int] = SPLITS,  # tasks per split (levels take equal shares)
+        seed: int = 0,  # task generation seed
+        verifier: Mapping[str, Any] | None = None,  # MathVerifier's settings (verifiers/math.py)
+        tool: Mapping[str, Any] | None = None,  # the calculator tool: {enabled, max_tool_calls, limits} (ToolSettings)
     ) -> None:
         self.levels = {int(k): Level(**v) for k, v in levels.items()}
         self.splits = dict(splits)

@@ -15,7 +15,7 @@ import json
 import inspect
 import random
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import pandas as pd
 
@@ -223,6 +223,20 @@ def tasks_from_frame(frame: pd.DataFrame) -> list[Task]:
         )
         for r in frame.itertuples(index=False)
     ]
+
+
+def references_of(frame: pd.DataFrame, task_ids: Iterable[str]) -> list[dict[str, Any]]:
+    """The references of the tasks `task_ids` (repeats allowed), from a tasks table: only those decoded
+    (a round's episodes name a few of the thousands of train tasks)."""
+    task_ids = [str(t) for t in task_ids]
+    encoded = dict(zip(map(str, frame["task_id"]), frame["reference"]))
+    decoded: dict[str, dict[str, Any]] = {}
+    for task_id in task_ids:
+        if task_id not in decoded:
+            if task_id not in encoded:
+                raise KeyError(f"task {task_id!r} is not in the tasks table ({len(encoded)} tasks)")
+            decoded[task_id] = json.loads(encoded[task_id])
+    return [decoded[task_id] for task_id in task_ids]
 
 
 def row_reference(row: dict[str, Any]) -> dict[str, Any] | None:

@@ -62,9 +62,9 @@ class CadDomain:
         form: str = "csg",
         instructions: bool = False,
         corpus: str = "programs",
-        fn_fraction: float = 0.0,
+        fn_fraction: float = 0.0,  # share of corpus and SFT programs with $fn= pinned, which the language refuses (mixed-quality data)
         max_turns: int = 3,
-        verifier: Mapping[str, Any] | None = None,
+        verifier: Mapping[str, Any] | None = None,  # CadVerifier's settings (verifiers/cad.py)
     ) -> None:
         self.splits = dict(splits or {"train": 2000, "validation": 100, "test": 100})  # tasks per split
         self.levels = tuple(int(level) for level in levels)  # difficulty levels drawn, in equal shares

@@ -106,9 +106,9 @@ class CodeDomain:
         source: str = "builtin",
         splits: Mapping[str, int] | None = None,
         seed: int = 0,
-        hf_split: str = "test",
-        hf_options: Mapping[str, Any] | None = None,
-        verifier: Mapping[str, Any] | None = None,
+        hf_split: str = "test",  # the split load_dataset reads, for dataset ids
+        hf_options: Mapping[str, Any] | None = None,  # further arguments of load_dataset
+        verifier: Mapping[str, Any] | None = None,  # CodeVerifier's settings: sandbox backend, limits, reward weights
     ) -> None:
         self.source = source  # builtin | a .jsonl(.gz) file | a dataset id or directory for load_dataset
         self.splits = dict(splits or {"train": 38, "validation": 8, "test": 8})  # tasks per split

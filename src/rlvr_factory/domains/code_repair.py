@@ -121,7 +121,7 @@ class CodeRepairDomain:
         kinds: Sequence[str] = KINDS,
         mutations: Sequence[int] = (1,),
         mutants_per_program: int = 4,
-        test_mutants_per_program: int | None = None,
+        test_mutants_per_program: int | None = None,  # the same for the test split's programs (null: mutants_per_program)
         max_programs: int | None = None,
         max_tests: int = 6,
         max_prompt_chars: int | None = None,
@@ -129,8 +129,8 @@ class CodeRepairDomain:
         renamings: int = 0,
         patch_search: str = "shortest",
         edit_error_decoys: float = 0.0,
-        environment: Mapping[str, Any] | None = None,
-        verifier: Mapping[str, Any] | None = None,
+        environment: Mapping[str, Any] | None = None,  # the repair environment's limits: max_edit_chars, max_file_chars, observation_chars
+        verifier: Mapping[str, Any] | None = None,  # CodeVerifier's settings: sandbox, limits, reward weights (process: held-out tests passing)
     ) -> None:
         unknown = sorted(set(sources) - set(PROGRAM_SOURCES))
         if unknown:

@@ -20,7 +20,7 @@ import random
 from dataclasses import dataclass
 from datetime import date, timedelta
 from decimal import Decimal
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from rlvr_factory.domains.base import AnswerForm, Task, draw_split_tasks
 from rlvr_factory.verifiers.fields import (
@@ -178,8 +178,13 @@ class ExtractionDomain:
     name = "extraction"
     verifier_class = FieldsVerifier  # the reward, built from the block's `verifier` options
 
-    def __init__(self, splits: Mapping[str, int], levels: list[int] | tuple[int, ...] = (1, 2), seed: int = 0,
-                 verifier: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        splits: Mapping[str, int],  # tasks per split
+        levels: Sequence[int] = (1, 2),  # 1: one field of a short clean invoice; 2: two fields with distractors; up to 4
+        seed: int = 0,  # task generation seed
+        verifier: Mapping[str, Any] | None = None,  # the field-by-field verifier's settings
+    ) -> None:
         if not levels or any(level not in (1, 2, 3, 4) for level in levels):
             raise ValueError(f"extraction levels must be among 1-4, got {levels}")
         self.splits = dict(splits)

@@ -141,8 +141,12 @@ class LoadedDomain:
     name = "loaded"
     verifier_class: Callable[..., Any]
 
-    def __init__(self, sources: dict[str, Any], limit: dict[str, int] | None = None,
-                 verifier: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        sources: dict[str, Any],  # split -> a .jsonl(.gz) / .parquet path, a saved datasets directory or a hub id (`shared:` is $RLVR_SHARED_DATA)
+        limit: dict[str, int] | None = None,  # split -> at most this many records (null: all)
+        verifier: dict[str, Any] | None = None,  # the verifier's settings (MathVerifier's for gsm8k and math)
+    ) -> None:
         if not sources:
             raise ValueError(f"domain {self.name!r} needs `sources`: a split -> path or hub id mapping")
         self.sources = split_sources(sources)

@@ -15,7 +15,8 @@ import random
 from typing import Any, Mapping
 
 from rlvr_factory.domains.base import Domain, Task, row_reference, source_rows
-from rlvr_factory.domains.registry import get_domain
+from rlvr_factory.domains.registry import DomainConfig, get_domain
+from rlvr_factory.schema import ConfigError, PositiveFloat, check_value
 from rlvr_factory.verifiers.isolation import ROUTE
 from rlvr_factory.verifiers.score import Score
 
@@ -69,7 +70,31 @@ class DomainMix:
 
     name = "mix"
 
-    def __init__(self, domains: Mapping[str, Mapping[str, Any]], seed: int = 0) -> None:
+    @staticmethod
+    def check_settings(options: Mapping[str, Any], key: str) -> dict[str, Any]:
+        """The mix's keys with each member's block checked as a domain block of its own (`DomainConfig`,
+        named by its key unless it says `name`) and its `weight` as a positive number, every default filled in."""
+        domains = options.get("domains")
+        if not isinstance(domains, Mapping):
+            return dict(options)  # parse reports the type
+        if not domains:
+            raise ConfigError(f"{key}.domains", "a domain mix needs at least one member")
+        members = {}
+        for member, block in domains.items():
+            where = f"{key}.domains.{member}"
+            if not isinstance(block, Mapping):
+                raise ConfigError(where, f"expected a mapping (the member's keys and its weight), got {block!r}")
+            block = dict(block)
+            weight = check_value(PositiveFloat, block.pop("weight", 1.0), f"{where}.weight")
+            config = DomainConfig(**{"name": member, **block}, _key=where)
+            members[str(member)] = {**config.to_block(), "weight": weight}
+        return {**options, "domains": members}
+
+    def __init__(
+        self,
+        domains: Mapping[str, Mapping[str, Any]],  # key -> the member's block: optional `name` (default: the key), `weight` (default 1) and its keys
+        seed: int = 0,  # the mix's own draws (each member has its own seed)
+    ) -> None:
         if not domains:
             raise ValueError("a domain mix needs at least one member under 'domains'")
         self.members: dict[str, Domain] = {}

@@ -304,17 +304,17 @@ class ReasoningGymDomain:
 
     def __init__(
         self,
-        splits: Mapping[str, int],
-        datasets: str | Sequence[str] = ALL,
-        levels: Sequence[int] = (1,),
-        seed: int = 0,
-        exclude: Sequence[str] = (),
-        configs: Mapping[str, Mapping[str, Any]] | None = None,
-        instruction: str = DEFAULT_INSTRUCTION,
-        max_prompt_chars: int = 20000,
-        max_answer_chars: int = 5000,
-        generation: Mapping[str, Any] | None = None,
-        verifier: Mapping[str, Any] | None = None,
+        splits: Mapping[str, int],  # tasks per split, per family
+        datasets: str | Sequence[str] = ALL,  # the families: `all` or a list of names
+        levels: Sequence[int] = (1,),  # levels of each family's curriculum (level 1 only without one)
+        seed: int = 0,  # task generation seed
+        exclude: Sequence[str] = (),  # families left out of `datasets`
+        configs: Mapping[str, Mapping[str, Any]] | None = None,  # family -> its generator's config overrides
+        instruction: str = DEFAULT_INSTRUCTION,  # appended to every question
+        max_prompt_chars: int = 20000,  # longer questions are left out
+        max_answer_chars: int = 5000,  # tasks with longer answers are left out
+        generation: Mapping[str, Any] | None = None,  # {workers, timeout_seconds} of the sandboxed generators
+        verifier: Mapping[str, Any] | None = None,  # ReasoningGymVerifier's settings
     ) -> None:
         if not levels or any(not isinstance(v, int) or v < 1 for v in levels):
             raise ValueError(f"reasoning_gym levels must be integers >= 1, got {list(levels)}")

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from rlvr_factory.domains import get_domain
+from rlvr_factory.domains import DomainConfig, get_domain
 from rlvr_factory.models.tiny import build_or_load_base_model
 from rlvr_factory.parameters import ModelConfig
 
 EMBEDDED = "embedded"
 
 
-def prepare_base_model(model: ModelConfig, domain: dict, validation_tasks: pd.DataFrame, test_tasks: pd.DataFrame) -> dict:
+def prepare_base_model(model: ModelConfig, domain: DomainConfig, validation_tasks: pd.DataFrame, test_tasks: pd.DataFrame) -> dict:
     """A reference to the base model: `model.name_or_path`, or the embedded one, built if needed.
 
     The embedded model is pre-trained on the domain's plain-text corpus, with every

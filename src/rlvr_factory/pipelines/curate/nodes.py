@@ -8,7 +8,7 @@ from dataclasses import replace
 import pandas as pd
 
 from rlvr_factory.audit import audit, hold_back
-from rlvr_factory.domains import Domain, get_domain, source_rows, tasks_from_frame, tasks_to_frame
+from rlvr_factory.domains import Domain, DomainConfig, get_domain, source_rows, tasks_from_frame, tasks_to_frame
 from rlvr_factory.domains.curation import (
     EVAL_SPLITS, UNLABELLED, curate, difficulty_from_pass_rate, members, quarantine_frame, quarantine_record, validate,
 )
@@ -37,7 +37,7 @@ def _measured_difficulty(
 
 
 def curate_tasks(
-    domain: dict, curate_params: CurateConfig, verify: VerifyConfig, flywheel_pool: list | None = None
+    domain: DomainConfig, curate_params: CurateConfig, verify: VerifyConfig, flywheel_pool: list | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """The `tasks` table, the quarantine table (every removed row with its step and reason) and
     the counts as MLflow metrics (`curate.*`); the flywheel's pool joins the domain's rows and is
@@ -56,7 +56,7 @@ def curate_tasks(
     return tasks_to_frame(result.tasks), quarantine, _report("curate", "row(s)", quarantine, counts)
 
 
-def audit_rewards(tasks: pd.DataFrame, quarantine: pd.DataFrame, domain: dict, curate_params: CurateConfig,
+def audit_rewards(tasks: pd.DataFrame, quarantine: pd.DataFrame, domain: DomainConfig, curate_params: CurateConfig,
                   verify: VerifyConfig) -> tuple[pd.DataFrame, pd.DataFrame, dict, dict]:
     """The reward audit (`rlvr_factory.audit`) on the curated tasks, when `curate.audit.enabled`: the tasks (those
     of every domain or family whose reward pays a generic attack moved to the quarantine table, stage
@@ -96,7 +96,7 @@ def split_tasks(tasks: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.Dat
     return splits
 
 
-def curate_preferences(tasks: pd.DataFrame, base_model_ref: dict, domain: dict, preferences: PreferencesConfig
+def curate_preferences(tasks: pd.DataFrame, base_model_ref: dict, domain: DomainConfig, preferences: PreferencesConfig
                        ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """The `preference_pairs` table, its quarantine table (every removed pair with its step and
     reason) and the counts as MLflow metrics (`preferences.*`).

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pandas as pd
 
 from rlvr_factory.domain_report import domain_gains, gain_summary
-from rlvr_factory.domains import get_domain, tasks_from_frame
+from rlvr_factory.domains import DomainConfig, get_domain, tasks_from_frame
 from rlvr_factory.evaluation import evaluate_policy
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.parameters import EvaluateConfig
@@ -17,7 +17,7 @@ from rlvr_factory.verification import VerifyConfig
 
 
 def evaluate_on_test(
-    policy: Policy, test_tasks: pd.DataFrame, domain: dict, verify: VerifyConfig, evaluate: EvaluateConfig,
+    policy: Policy, test_tasks: pd.DataFrame, domain: DomainConfig, verify: VerifyConfig, evaluate: EvaluateConfig,
     rollout: RolloutConfig,
 ) -> dict:
     """Greedy pass@1 and sampled pass@k of one policy's episodes (`rollout.*`) on the test split."""

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pandas as pd
 
 from rlvr_factory import flywheel
-from rlvr_factory.domains import Task, get_domain, tasks_from_frame
+from rlvr_factory.domains import DomainConfig, Task, get_domain, tasks_from_frame
 from rlvr_factory.domains.curation import members, quarantine_frame, validate_row
 from rlvr_factory.evaluation import correctness, greedy_accuracy
 from rlvr_factory.models.policy import Policy
@@ -26,7 +26,7 @@ def _tasks(rows: list[dict], domain) -> list[Task]:
 
 
 def ingest_interactions(
-    interactions: list, previous_pool: list[dict], tasks: pd.DataFrame, regression: list[dict], domain: dict,
+    interactions: list, previous_pool: list[dict], tasks: pd.DataFrame, regression: list[dict], domain: DomainConfig,
     verify: VerifyConfig, curate: CurateConfig,
 ) -> tuple[list[dict], pd.DataFrame, dict]:
     """The flywheel pool (the previous one plus this batch's new train tasks), the rows held back
@@ -43,7 +43,7 @@ def ingest_interactions(
 
 
 def collect_regression(
-    rl_policy: Policy, test_tasks: pd.DataFrame, regression: list[dict], domain: dict, verify: VerifyConfig,
+    rl_policy: Policy, test_tasks: pd.DataFrame, regression: list[dict], domain: DomainConfig, verify: VerifyConfig,
     evaluate: EvaluateConfig,
 ) -> list[dict]:
     """The regression set: the last one plus the test tasks the policy answers wrong greedily (the
@@ -58,7 +58,7 @@ def collect_regression(
 
 
 def evaluate_regression(
-    policy: Policy, regression: list[dict], domain: dict, verify: VerifyConfig, evaluate: EvaluateConfig,
+    policy: Policy, regression: list[dict], domain: DomainConfig, verify: VerifyConfig, evaluate: EvaluateConfig,
 ) -> dict:
     """Greedy accuracy of the policy on the regression set (MLflow `eval.regression.*`); none when it is empty."""
     env = get_domain(domain)

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from mlflow import MlflowClient
 
 from rlvr_factory import domain_report, plots, summary, tracking
-from rlvr_factory.domains import get_domain, tasks_from_frame
+from rlvr_factory.domains import DomainConfig, get_domain, tasks_from_frame
 from rlvr_factory.domains.cad import part_view_figures
 from rlvr_factory.evaluation import greedy_accuracy
 from rlvr_factory.mlflow_model import log_policy_model
@@ -26,7 +26,7 @@ SAMPLE_COLUMNS = ["round", "task_id", "prompt", "completion", "reward", "correct
 
 
 def sft_validation_accuracy(
-    sft_policy: Policy, validation_tasks: pd.DataFrame, domain: dict, verify: VerifyConfig, evaluate: EvaluateConfig
+    sft_policy: Policy, validation_tasks: pd.DataFrame, domain: DomainConfig, verify: VerifyConfig, evaluate: EvaluateConfig
 ) -> dict:
     """The SFT policy's greedy accuracy on the validation tasks every round is scored on: the
     baseline of the round curves."""
@@ -104,7 +104,7 @@ def register_policy(rl_policy: Policy, eval_report: dict, report: ReportConfig, 
 
 
 def render_part_views(
-    rollout_sample: list[dict], train_tasks: pd.DataFrame, domain: dict, report: ReportConfig,
+    rollout_sample: list[dict], train_tasks: pd.DataFrame, domain: DomainConfig, report: ReportConfig,
 ) -> dict[str, Figure]:
     """What the model built, for CAD runs: target and built part of the first and last round's sampled
     rollouts in three orthographic views (`report.part_views.per_round` PNGs per round; none for other domains)."""

@@ -14,7 +14,7 @@ import pandas as pd
 
 from rlvr_factory import distributed
 from rlvr_factory.domain_report import without_domain_curves
-from rlvr_factory.domains import Task, get_domain, tasks_from_frame
+from rlvr_factory.domains import DomainConfig, Task, get_domain, references_of, tasks_from_frame
 from rlvr_factory.evaluation import greedy_solved
 from rlvr_factory.models.lora import with_lora
 from rlvr_factory.models.policy import Policy, freeze
@@ -79,7 +79,7 @@ def frozen_copy(policy: Policy) -> Policy:
 
 
 def prefetch_rollout(
-    policy: Policy, train_tasks: pd.DataFrame, rl: RLConfig, domain: dict, verify: VerifyConfig,
+    policy: Policy, train_tasks: pd.DataFrame, rl: RLConfig, domain: DomainConfig, verify: VerifyConfig,
     rollout_params: RolloutConfig, pass_rates: pd.DataFrame, domain_levels: pd.DataFrame, *, round_index: int,
 ) -> Prefetched:
     """Start round `round_index`'s rollout in a background thread, from a frozen copy of `policy` (the
@@ -140,7 +140,7 @@ def _prompt_order(
 
 
 def rollout(
-    policy: Policy, train_tasks: pd.DataFrame, rl: RLConfig, domain: dict, verify: VerifyConfig,
+    policy: Policy, train_tasks: pd.DataFrame, rl: RLConfig, domain: DomainConfig, verify: VerifyConfig,
     rollout: RolloutConfig, pass_rates: pd.DataFrame | None = None, domain_levels: pd.DataFrame | None = None, *,
     round_index: int,
 ) -> tuple[pd.DataFrame, dict]:
@@ -156,13 +156,12 @@ def rollout(
     tasks = tasks_from_frame(train_tasks)
     order = _prompt_order(tasks, rl, seed, pass_rates, domain_levels)
     env = get_domain(domain)
-    config = rollout
-    if config.engine == "vllm" and distributed.world_size() > 1:
+    if rollout.engine == "vllm" and distributed.world_size() > 1:
         raise ValueError("rollout.engine: vllm does not run data-parallel yet; use the transformers engine under "
                          "torchrun, or run vLLM in one process (docs/distributed.md)")
 
     def run(indices: list[int], draw_seed: int) -> tuple[list, dict]:
-        return sample_episodes(policy, env, [tasks[i] for i in indices], rl.samples_per_prompt, config,
+        return sample_episodes(policy, env, [tasks[i] for i in indices], rl.samples_per_prompt, rollout,
                                replace(rl.sampling, seed=draw_seed), desc=f"round {round_index} rollout")
 
     def score(indices: list[int], episodes: list) -> list[float]:
@@ -196,7 +195,7 @@ def track_levels(
 
 
 def verify(
-    rollouts: pd.DataFrame, train_tasks: pd.DataFrame, domain: dict, verify: VerifyConfig,
+    rollouts: pd.DataFrame, train_tasks: pd.DataFrame, domain: DomainConfig, verify: VerifyConfig,
 ) -> tuple[pd.DataFrame, dict]:
     """The `scored` table: each episode's verdict, the one it already has (its environment's, or the
     pool's when dynamic sampling scored its group in the rollout) or (for the answers left to it) the
@@ -208,10 +207,9 @@ def verify(
     check that failed for infrastructure reasons on every attempt has status `infra_error`.
     Data-parallel, each rank verifies its share of the rows (the pool stats are its own share's).
     """
-    references = {task.task_id: task.reference for task in tasks_from_frame(train_tasks)}
     start = time.perf_counter()
     scores, pool_stats = judge_sharded(
-        get_domain(domain), verdicts(rollouts), list(rollouts["answer"]), [references[t] for t in rollouts["task_id"]],
+        get_domain(domain), verdicts(rollouts), list(rollouts["answer"]), references_of(train_tasks, rollouts["task_id"]),
         verify,
     )
     seconds = time.perf_counter() - start
@@ -220,7 +218,7 @@ def verify(
 
 def update(
     policy: Policy, scored: pd.DataFrame, validation_tasks: pd.DataFrame, rollout_stats: dict,
-    verify_stats: dict, pass_rates: pd.DataFrame, domain_levels: pd.DataFrame, domain: dict, verify: VerifyConfig,
+    verify_stats: dict, pass_rates: pd.DataFrame, domain_levels: pd.DataFrame, domain: DomainConfig, verify: VerifyConfig,
     rl: RLConfig, evaluate: EvaluateConfig, rollout: RolloutConfig, reference: Policy | None = None, *,
     round_index: int, validate: bool = True,
 ) -> tuple[Policy, dict, dict] | tuple[Policy, dict]:
@@ -310,7 +308,7 @@ def _validation_split(
     return tasks[:here], tasks[here:]
 
 
-def _solved(policy: Policy, tasks: list[Task], domain: dict, verify: VerifyConfig, evaluate: EvaluateConfig,
+def _solved(policy: Policy, tasks: list[Task], domain: DomainConfig, verify: VerifyConfig, evaluate: EvaluateConfig,
             episodes: RolloutConfig) -> int:
     """How many of `tasks` the policy's greedy episode solves."""
     return greedy_solved(policy, tasks, get_domain(domain), verify, evaluate.sampling, episodes)
@@ -327,7 +325,7 @@ class ValidationAhead:
 
 
 def validate_ahead(
-    policy: Policy, validation_tasks: pd.DataFrame, domain: dict, verify: VerifyConfig, evaluate: EvaluateConfig,
+    policy: Policy, validation_tasks: pd.DataFrame, domain: DomainConfig, verify: VerifyConfig, evaluate: EvaluateConfig,
     rollout: RolloutConfig, rl: RLConfig, prefetched: Prefetched | None = None, *, round_index: int,
 ) -> ValidationAhead:
     """Start round `round_index`'s validation, of `policy` (the policy that round's update wrote, which the
@@ -340,16 +338,15 @@ def validate_ahead(
     The worker takes the last `rl.validation_ahead_share` of the tasks; the round's update validated the
     others right after it trained, on the cores the worker leaves, so neither side waits long for the other.
     """
-    episodes = rollout
     frozen = prefetched.behaviour if prefetched is not None and prefetched.behaviour is not None else frozen_copy(policy)
     rollout_started_ahead()  # pending like a rollout ahead: the update beside it trains on the cores it leaves
     here, ahead = _validation_split(validation_tasks, evaluate, rl)
-    future = _AHEAD.submit(_timed(_ahead(_solved)), frozen, ahead, domain, verify, evaluate, episodes)
+    future = _AHEAD.submit(_timed(_ahead(_solved)), frozen, ahead, domain, verify, evaluate, rollout)
     return ValidationAhead(round_index, future, frozen.version, len(here) + len(ahead))
 
 
 def prefetch_and_validate_ahead(
-    policy: Policy, train_tasks: pd.DataFrame, rl: RLConfig, domain: dict, verify: VerifyConfig,
+    policy: Policy, train_tasks: pd.DataFrame, rl: RLConfig, domain: DomainConfig, verify: VerifyConfig,
     rollout_params: RolloutConfig, pass_rates: pd.DataFrame, domain_levels: pd.DataFrame,
     validation_tasks: pd.DataFrame, evaluate: EvaluateConfig, *, round_index: int,
 ) -> tuple[Prefetched, ValidationAhead]:

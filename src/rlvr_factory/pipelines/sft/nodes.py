@@ -7,7 +7,7 @@ import random
 
 import pandas as pd
 
-from rlvr_factory.domains import get_domain, tasks_from_frame
+from rlvr_factory.domains import DomainConfig, get_domain, tasks_from_frame
 from rlvr_factory.models.policy import Policy, load_policy
 from rlvr_factory.parameters import ModelConfig, SFTBlockConfig
 from rlvr_factory.rollout.agent_loop import RolloutConfig
@@ -15,7 +15,7 @@ from rlvr_factory.training.lm import seed_everything
 from rlvr_factory.training.sft import encode_demonstrations, supervised_train
 
 
-def build_sft_examples(train_tasks: pd.DataFrame, domain: dict, sft: SFTBlockConfig) -> pd.DataFrame:
+def build_sft_examples(train_tasks: pd.DataFrame, domain: DomainConfig, sft: SFTBlockConfig) -> pd.DataFrame:
     """The first `sft.num_examples` train tasks with a demonstration as completion.
 
     A seeded `sft.direct_answer_fraction` of them state the answer alone instead of the
