@@ -264,12 +264,12 @@ def check_value(tp: Any, value: Any, key: str) -> Any:
         if value is None and type(None) in args:
             return None
         options = [a for a in args if a is not type(None)]
-        if len(options) == 1:  # `X | None`: X's own error, which names the key inside it that is wrong
-            return check_value(options[0], value, key)
         for arg in options:
             try:
                 return check_value(arg, value, key)
-            except ConfigError:
+            except ConfigError as e:
+                if len(options) == 1 and e.key != key:  # `X | None` where X's error names the key inside it
+                    raise
                 continue
         raise ConfigError(key, f"expected {describe(tp)}, got {value!r}")
     origin, args = get_origin(tp), get_args(tp)
