@@ -78,11 +78,10 @@ def _domain_restated(block: dict, prefix: str):
     import dataclasses
 
     from rlvr_factory.domains import domain_factory, settings_class
-    from rlvr_factory.schema import to_dict
+    from rlvr_factory.schema import field_default, to_dict
 
-    fields = dataclasses.fields(settings_class(domain_factory(block["name"])))
-    defaults = {f.name: to_dict(f.default if f.default is not dataclasses.MISSING else f.default_factory())
-                for f in fields if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
+    defaults = {f.name: to_dict(field_default(f)) for f in dataclasses.fields(settings_class(domain_factory(block["name"])))
+                if field_default(f) is not dataclasses.MISSING}
     defaults.update(reward="verifier", reward_model={})
     for key, value in block.items():
         if key == "domains" and block["name"] == "mix":

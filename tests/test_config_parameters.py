@@ -20,7 +20,7 @@ from rlvr_factory.config_loader import ConfigLoader
 from rlvr_factory.domains import DOMAINS, DomainConfig, get_domain, register_domain, settings_class
 from rlvr_factory.domains.arithmetic import ArithmeticDomain
 from rlvr_factory.parameters import Parameters, resolve
-from rlvr_factory.schema import ConfigError, to_dict
+from rlvr_factory.schema import ConfigError, field_default, to_dict
 from rlvr_factory.settings import CONFIG_LOADER_ARGS
 from tests.pipelines.conftest import PROJECT_ROOT
 
@@ -95,7 +95,7 @@ def test_a_wrong_runtime_parameter_names_the_key_the_allowed_values_and_params(r
 
 
 # Every number anywhere in the tree is finite, and time limits and worker counts are above 0: one rule
-# (schema.check_number) over typed fields, the library's own dataclasses and the untyped `domain` block.
+# (schema.check_number) over typed fields, the library's own dataclasses and the `Any` values inside the `domain` block (its `verifier` options).
 @pytest.mark.parametrize(("runtime", "key", "says"), [
     ({"verify": {"timeout_seconds": float("inf")}}, "verify.timeout_seconds", "must be a finite number, got inf"),
     ({"verify": {"timeout_seconds": "1e999"}}, "verify.timeout_seconds", "must be a finite number, got inf"),
@@ -193,8 +193,7 @@ def _config_fields() -> dict[str, list[tuple[Any, bool]]]:
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             block = dataclasses.is_dataclass(hints[f.name])
-            default = f.default if f.default is not dataclasses.MISSING else (
-                f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+            default = field_default(f)
             found.setdefault(f.name, []).append((default, block))
             if block:
                 walk(hints[f.name])

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, get_args, get_origin
 
 from rlvr_factory.parameters import Parameters
-from rlvr_factory.schema import configurable, describe, field_docs, field_types, to_dict
+from rlvr_factory.schema import configurable, describe, field_default, field_docs, field_types, to_dict
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 HEADER = """# Configuration reference
@@ -107,9 +107,8 @@ def _domain_section(default: dict[str, Any], out: list[str]) -> None:
         out += [f"### `domain.name: {name}`", "", f"`{factory.__module__}.{factory.__qualname__}`", "",
                 "| key | type | default | what it does |", "|---|---|---|---|"]
         for f in dataclasses.fields(cls):
-            missing = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-            value = "required" if missing else _cell(_default(to_dict(
-                f.default if f.default is not dataclasses.MISSING else f.default_factory())))
+            default = field_default(f)
+            value = "required" if default is dataclasses.MISSING else _cell(_default(to_dict(default)))
             if f.name == "max_turns":  # parameters.with_loop_turns: one key for the loop and the environment
                 value = "`rollout.max_turns` (the run sets it; the block may not)"
             out.append(f"| `{f.name}` | {_cell(describe(field_types(cls)[f.name]))} | {value} | {_cell(docs.get(f.name, ''))} |")

@@ -43,7 +43,6 @@ from rlvr_factory.training.sft import SFTConfig
 from rlvr_factory.verification import VerifyConfig
 
 
-
 @dataclass(frozen=True)
 class EmbeddedModelConfig:
     cache_dir: str = "data/06_models/base"  # where built base models are cached (one per configuration)

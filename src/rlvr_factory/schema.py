@@ -201,6 +201,13 @@ def configurable(cls: type) -> list[str]:
     return [f.name for f in dataclasses.fields(cls) if f.init and not f.metadata.get("set_by_run")]
 
 
+def field_default(field: dataclasses.Field) -> Any:
+    """A dataclass field's default (its factory's value, fresh), or `dataclasses.MISSING` for a required field."""
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    return field.default_factory() if field.default_factory is not dataclasses.MISSING else dataclasses.MISSING
+
+
 def field_types(cls: type) -> dict[str, Any]:
     """The resolved type of each field of the dataclass `cls` (bounds kept)."""
     return _hints(cls)

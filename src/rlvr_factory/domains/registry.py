@@ -37,7 +37,9 @@ from importlib.metadata import entry_points
 from typing import Annotated, Any, Callable, Literal, Mapping, Union, get_args, get_origin
 
 from rlvr_factory.domains.base import Domain
-from rlvr_factory.schema import ConfigError, check_numbers, check_value, is_union, parse, to_dict, unknown_key
+from rlvr_factory.schema import (
+    ConfigError, check_numbers, check_value, field_default, is_union, parse, to_dict, unknown_key,
+)
 
 ENTRY_POINT_GROUP = "rlvr_factory.domains"
 _PACKAGE = "rlvr_factory.domains"
@@ -210,8 +212,7 @@ def _parse_settings(factory: Callable[..., Domain], options: Mapping[str, Any], 
     for name in options:
         if name not in names:
             raise unknown_key(key, str(name), [*EXTRA_KEYS, *names], f"{_owner(factory)} (its constructor)")
-    missing = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING and f.name not in options]
+    missing = [f.name for f in dataclasses.fields(cls) if f.name not in options and field_default(f) is dataclasses.MISSING]
     if missing:
         raise ConfigError(f"{key}.{missing[0]}", f"required: {_owner(factory)} has no default for "
                                                  f"{', '.join(missing)}")
