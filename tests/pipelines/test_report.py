@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
+from rlvr_factory.rollout.agent_loop import RolloutConfig
 from rlvr_factory.parameters import EvaluateConfig, ReportConfig, RLConfig
 from rlvr_factory.pipelines.report.nodes import (
     record_run,
@@ -55,10 +56,10 @@ def test_the_sft_baseline_is_the_greedy_accuracy_on_the_validation_tasks_the_rou
     })
     evaluate = EvaluateConfig(validation_size=2, sampling={"max_new_tokens": 8, "temperature": 1.0, "top_p": 1.0,
                                                            "batch_size": 4})
-    result = sft_validation_accuracy(make_scripted_policy("7"), tasks, DOMAIN, VERIFY, evaluate)
+    result = sft_validation_accuracy(make_scripted_policy("7"), tasks, DOMAIN, VERIFY, evaluate, RolloutConfig())
     assert result == {"greedy_accuracy": 0.0, "num_tasks": 2}  # "7" is right only for the third, left out
     evaluate = replace(evaluate, validation_size=3)
-    assert sft_validation_accuracy(make_scripted_policy("7"), tasks, DOMAIN, VERIFY, evaluate)["greedy_accuracy"] == (
+    assert sft_validation_accuracy(make_scripted_policy("7"), tasks, DOMAIN, VERIFY, evaluate, RolloutConfig())["greedy_accuracy"] == (
         pytest.approx(1 / 3))
 
 

@@ -73,7 +73,8 @@ class Domain(Protocol):
     # data set, for the curate stage), `answer_key(completion)` (canonical final answer, for
     # maj@k), `environment(scorer=None)` (a fresh multi-turn `Environment`) and
     # `tool_demonstration(task)` (a multi-turn SFT demonstration: actions and observations), `answer_form(task)`
-    # (how the reward audit states an answer: `AnswerForm`).
+    # (how the reward audit states an answer: `AnswerForm`), `task_key(task)` (what tells tasks apart in curation
+    # when their prompts may coincide, e.g. a game's seed: `domains/gym_text.py`).
 
 
 @dataclass(frozen=True)

@@ -197,22 +197,27 @@ def _eval_first(tasks: Sequence[Task]) -> list[Task]:
     return sorted(tasks, key=lambda t: order.get(t.split, len(order)))  # stable: source order within a split
 
 
-def deduplicate(tasks: Sequence[Task]) -> tuple[list[Task], list[dict]]:
+def deduplicate(tasks: Sequence[Task], keys: Mapping[str, Callable[[Task], str]] | None = None
+                ) -> tuple[list[Task], list[dict]]:
     """One task per prompt, exact and normalised (case, whitespace, punctuation), within each domain.
 
-    Of duplicates the evaluation copy (test, then validation) is kept, else the first.
+    `keys` names, for a domain whose prompt does not identify a task (a game's seeds share its first
+    observation), what does instead (its `task_key`). Of duplicates the evaluation copy (test, then
+    validation) is kept, else the first.
     """
     keep_ids, removed, seen = set(), [], {}
+    keys = keys or {}
     for task in _eval_first(tasks):
-        for kind, key in (("exact", task.prompt), ("normalised", normalise_prompt(task.prompt))):
+        text = keys[task.domain](task) if task.domain in keys else task.prompt
+        for kind, key in (("exact", text), ("normalised", normalise_prompt(text))):
             first = seen.get((task.domain, kind, key))
             if first is not None:
                 removed.append(quarantine_record(task, "deduplicate", f"duplicate prompt ({kind}) of {first}"))
                 break
         else:
             keep_ids.add(task.task_id)
-            seen[(task.domain, "exact", task.prompt)] = task.task_id
-            seen[(task.domain, "normalised", normalise_prompt(task.prompt))] = task.task_id
+            seen[(task.domain, "exact", text)] = task.task_id
+            seen[(task.domain, "normalised", normalise_prompt(text))] = task.task_id
     return [t for t in tasks if t.task_id in keep_ids], removed
 
 
@@ -437,10 +442,12 @@ def curate(
     """
     tasks, quarantined = validate(rows, members(domain))
     counts = {"rows": len(rows), "quarantined.validate": len(quarantined)}
-    tasks, removed = deduplicate(tasks)
+    keys = {name: d.task_key for name, d in members(domain).items() if callable(getattr(d, "task_key", None))}
+    tasks, removed = deduplicate(tasks, keys)
     quarantined += removed
     counts["removed.deduplicate"] = len(removed)
-    tasks, removed = decontaminate(tasks, decontamination.n, decontamination.threshold, decontamination.skip_domains)
+    skip = [*decontamination.skip_domains, *keys]  # seeds split apart cannot restate each other's prompt
+    tasks, removed = decontaminate(tasks, decontamination.n, decontamination.threshold, skip)
     quarantined += removed
     counts["removed.decontaminate"] = len(removed)
     tasks = label_difficulty(tasks, measured or {}, default_difficulty)

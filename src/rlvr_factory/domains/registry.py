@@ -43,7 +43,7 @@ from rlvr_factory.schema import (
 
 ENTRY_POINT_GROUP = "rlvr_factory.domains"
 _PACKAGE = "rlvr_factory.domains"
-_NOT_DOMAINS = {"base", "registry", "loaders", "curation", "documents", "mix", "calculator", "learned_reward"}  # library modules, not domains
+_NOT_DOMAINS = {"base", "registry", "loaders", "curation", "documents", "mix", "calculator", "learned_reward", "gym_text"}  # library modules, not domains
 
 DOMAINS: dict[str, Callable[..., Domain]] = {}
 

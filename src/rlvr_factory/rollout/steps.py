@@ -4,7 +4,8 @@
 calculator, a single-turn answer whose verdict the verify station computes). `scheduler`
 sends each call, with its environment, to a worker process as a scheduler job: calls run in
 parallel, each under a wall-clock limit, and the environment comes back with its new state.
-That suits expensive steps (a sandboxed test run); the environment must be picklable.
+That suits expensive steps (a sandboxed test run); the environment must be picklable. An
+environment that runs a third-party package's code (`untrusted = True`) runs this way only.
 
 Either way a call that raises ends its episode only: `error` (the environment failed on this
 input), `timeout` (it overran, scheduler only) or `infra_error` (it raised
@@ -70,6 +71,14 @@ def _checked(method: str, result: Any) -> Any:
     return result
 
 
+def _refuse_untrusted(envs: Sequence[Environment]) -> None:
+    """Third-party environments (`untrusted = True`, e.g. `domains.gym_text.GameEnvironment`) run in workers only."""
+    untrusted = next((env for env in envs if getattr(env, "untrusted", False)), None)
+    if untrusted is not None:
+        raise ValueError(f"{type(untrusted).__name__} runs a third-party package's code, which runs in worker "
+                         "processes only: set rollout.environment.executor: scheduler")
+
+
 class Executor:
     """Runs `reset` or `step` on many environments; `run` returns each one's (environment, result or `Failed`)."""
 
@@ -100,6 +109,7 @@ class Executor:
         """`env.<method>(argument)` for each pair, in order."""
         start = time.perf_counter()
         if self._scheduler is None:
+            _refuse_untrusted(envs)
             out = [(env, self._inline(method, env, argument)) for env, argument in zip(envs, arguments, strict=True)]
         else:
             if self._job is None and envs:

@@ -19,6 +19,7 @@ from rlvr_factory.models.policy import Policy
 from rlvr_factory.parameters import EvaluateConfig, ReportConfig, RLConfig
 from rlvr_factory.pipelines.evaluate.nodes import build_report
 from rlvr_factory.round_files import each_round
+from rlvr_factory.rollout.agent_loop import RolloutConfig
 from rlvr_factory.verification import VerifyConfig
 
 log = logging.getLogger(__name__)
@@ -26,12 +27,13 @@ SAMPLE_COLUMNS = ["round", "task_id", "prompt", "completion", "reward", "correct
 
 
 def sft_validation_accuracy(
-    sft_policy: Policy, validation_tasks: pd.DataFrame, domain: DomainConfig, verify: VerifyConfig, evaluate: EvaluateConfig
+    sft_policy: Policy, validation_tasks: pd.DataFrame, domain: DomainConfig, verify: VerifyConfig, evaluate: EvaluateConfig,
+    rollout: RolloutConfig,
 ) -> dict:
-    """The SFT policy's greedy accuracy on the validation tasks every round is scored on: the
-    baseline of the round curves."""
+    """The SFT policy's greedy accuracy on the validation tasks every round is scored on, in the run's episodes
+    (`rollout`: turns, environment workers): the baseline of the round curves."""
     tasks = tasks_from_frame(validation_tasks)[: evaluate.validation_size]
-    accuracy = greedy_accuracy(sft_policy, tasks, get_domain(domain), verify, evaluate.sampling)
+    accuracy = greedy_accuracy(sft_policy, tasks, get_domain(domain), verify, evaluate.sampling, rollout)
     return {"greedy_accuracy": accuracy, "num_tasks": len(tasks)}
 
 

@@ -21,8 +21,8 @@ def create_pipeline() -> Pipeline:
     return Pipeline(
         [
             Node(sft_validation_accuracy,
-                 ["sft_policy", "validation_tasks", "params:domain", "params:verify", "params:evaluate"],
-                 "sft_validation", name="sft_validation_accuracy"),
+                 ["sft_policy", "validation_tasks", "params:domain", "params:verify", "params:evaluate",
+                  "params:rollout"], "sft_validation", name="sft_validation_accuracy"),
             Node(round_curves, ["round_history", "sft_validation"], "round_curves", name="round_curves"),
             Node(plot_round_curves, "round_curves", "round_curve_plot", name="plot_round_curves"),
             Node(domain_table, ["round.domain_levels", "params:rl"], "domain_rounds", name="domain_table"),
