@@ -97,7 +97,7 @@ def project_parameters(env: str | None, params: dict[str, Any]) -> dict[str, Any
         raise AuditUsageError(str(e)) from None
 
 
-def _resolved(params: dict[str, Any]) -> dict[str, Any]:
+def resolved(params: dict[str, Any]) -> dict[str, Any]:
     """Parameters checked against the typed tree, every default filled in; a bad key is a usage error."""
     from rlvr_factory.parameters import resolve
     from rlvr_factory.schema import ConfigError
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     if args.domain is not None:
         given = runtime_params(args.params)
         given["domain"] = {**(given.get("domain") or {}), "name": args.domain}  # --params may set its keys
-        parameters = _resolved(given)
+        parameters = resolved(given)
     else:
         parameters = project_parameters(args.env, runtime_params(args.params))
     try:
@@ -168,4 +168,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["AuditUsageError", "add_parser", "main", "run", "runtime_params"]
+__all__ = ["AuditUsageError", "add_parser", "main", "project_parameters", "resolved", "run", "runtime_params"]

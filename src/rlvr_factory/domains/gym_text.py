@@ -225,15 +225,20 @@ class GameDomain:
         """One task row per seed, its prompt the game's first observation (reset in a worker process); a seed
         whose reset failed or hung gives a row with `_error`, which curation quarantines."""
         references = self.references()
-        rows = []
-        for (split, i, reference), first in zip(references, self._in_workers(first_observation, [r for *_, r in references])):
-            row = Task(f"{self.name}-{split}-{i:05d}", self.name, "", reference, 1, split, self.source).to_row()
-            if isinstance(first, str):
-                row["prompt"] = first
-            else:
-                row["_error"] = f"the game's reset failed ({first.status}): {first.error}"
-            rows.append(row)
-        return rows
+        firsts = iter(self._in_workers(first_observation, [r for *_, r in references if "_error" not in r]))
+        return [self._row(split, i, reference, None if "_error" in reference else next(firsts))
+                for split, i, reference in references]
+
+    def _row(self, split: str, index: int, reference: dict[str, Any], first: Any) -> dict[str, Any]:
+        """A task row: the first observation as its prompt, or the reason it has none in `_error`."""
+        row = Task(f"{self.name}-{split}-{index:05d}", self.name, "", reference, 1, split, self.source).to_row()
+        if "_error" in reference:
+            row["_error"] = reference["_error"]
+        elif isinstance(first, str):
+            row["prompt"] = first
+        else:
+            row["_error"] = f"the game's reset failed ({first.status}): {first.error}"
+        return row
 
     def generate_tasks(self) -> list[Task]:
         """One task per seed whose game resets (`rows`)."""
