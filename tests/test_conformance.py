@@ -36,16 +36,19 @@ DOMAINS = {
     "cad": lambda tmp: {"name": "cad", "splits": {"train": 4}},
     "textarena": lambda tmp: {"name": "textarena", "splits": {"train": 4},
                               "expert": "rlvr_factory.domains.textarena:guess_the_number"},
+    "tictactoe": lambda tmp: {"name": "textarena", "env_id": "TicTacToe-v0", "num_players": 2, "splits": {"train": 4},
+                              "opponent": "rlvr_factory.domains.textarena:random_move"},
     "skyrl_gym": lambda tmp: {"name": "skyrl_gym", "env_id": "gsm8k_multi_turn", "data": skyrl_rows(tmp),
                               "max_turns": 3},
 }
-PACKAGES = {"textarena": "textarena", "skyrl_gym": "skyrl_gym"}
+PACKAGES = {"textarena": "textarena", "tictactoe": "textarena", "skyrl_gym": "skyrl_gym"}
 
 
 @pytest.mark.parametrize("name", DOMAINS)
 def test_every_adapter_and_our_own_environments_pass_the_kit(name, tmp_path):
     if name in PACKAGES:
-        pytest.importorskip(PACKAGES[name], reason=f"{name} is not installed (pip install -e '.[{name.replace('_', '-')}]')")
+        extra = PACKAGES[name].replace("_", "-")
+        pytest.importorskip(PACKAGES[name], reason=f"{PACKAGES[name]} is not installed (pip install -e '.[{extra}]')")
     domain = get_domain(DOMAINS[name](tmp_path))
     checks = check_environment(domain, domain.generate_tasks()[:3], turns=3, timeout_seconds=60,
                                tokens=name in ("calculator", "textarena"))

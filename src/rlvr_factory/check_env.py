@@ -11,20 +11,16 @@ arguments or a domain that cannot be built.
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
-from rlvr_factory.audit.command import AuditUsageError, project_parameters, resolved, runtime_params
+from rlvr_factory.audit.command import AuditUsageError, add_domain_options, domain_parameters
 
 
 def add_parser(commands: Any) -> None:
     """The `check-env` subcommand and its options."""
     check = commands.add_parser("check-env", help="check that a domain's environment meets the conformance kit",
                                 description=__doc__.split("\n\n")[0])
-    where = check.add_mutually_exclusive_group()
-    where.add_argument("--env", default=None, help="the configuration environment whose domain is checked (conf/ENV)")
-    where.add_argument("--domain", default=None, help="check this registered domain (or module:attr) with its defaults")
-    check.add_argument("--params", default="", help="runtime parameters as `kedro run` takes them (a.b=1,c=x)")
+    add_domain_options(check, "checked")
     check.add_argument("--tasks", type=int, default=2, help="tasks the tokens check plays (the first two play the rest)")
     check.add_argument("--turns", type=int, default=None, help="actions per episode (default: rollout.max_turns)")
     check.add_argument("--timeout", type=float, default=30.0, help="seconds one environment call may take")
@@ -39,12 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.tasks < 2 or args.turns is not None and args.turns < 1 or args.timeout <= 0:
         raise AuditUsageError("--tasks must be at least 2, --turns at least 1 and --timeout positive")
-    if args.domain is not None:
-        given = runtime_params(args.params)
-        given["domain"] = {**(given.get("domain") or {}), "name": args.domain}
-        parameters = resolved(given)
-    else:
-        parameters = project_parameters(args.env or os.environ.get("KEDRO_ENV"), runtime_params(args.params))
+    parameters = domain_parameters(args)
     try:
         domain = get_domain(parameters["domain"])
     except (ValueError, TypeError, ImportError) as e:

@@ -177,3 +177,28 @@ class BrokenDomain(GameDomain):
 
     def make_game(self, reference):
         return BrokenGame()
+
+
+def test_a_two_player_game_is_played_against_a_seeded_scripted_opponent():
+    domain = get_domain({"name": "textarena", "env_id": "TicTacToe-v0", "num_players": 2,
+                         "opponent": "rlvr_factory.domains.textarena:random_move", "splits": {"train": 3}})
+    task = domain.generate_tasks()[0]
+    moves = ["[4]", "[0]", "[8]", "[2]", "[6]", "[1]", "[3]", "[5]", "[7]"]
+
+    def game():
+        env, seen = domain.environment(), []
+        env.reset(task)
+        for move in moves:
+            step = env.step(move)
+            seen.append((step.observation, step.score))
+            if step.done:
+                return seen
+        return seen
+
+    first = game()
+    assert first == game()  # the opponent's draws are the episode's own
+    assert "[Player 1]" in first[0][0] and "Available Moves" in first[0][0]
+    assert first[-1][1] is not None and first[-1][1].reward in (-1.0, 0.0, 1.0)
+    assert first[-1][1].correct == (first[-1][1].reward == 1.0)
+    with pytest.raises(ValueError, match="needs an opponent"):
+        get_domain({"name": "textarena", "env_id": "TicTacToe-v0", "num_players": 2})

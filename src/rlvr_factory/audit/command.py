@@ -32,15 +32,31 @@ def add_parser(commands: Any) -> None:
     """The `audit` subcommand and its options."""
     audit = commands.add_parser("audit", help="attack every domain and task family's reward; report what pays",
                                 description=__doc__.split("\n\n")[0])
-    where = audit.add_mutually_exclusive_group()
-    where.add_argument("--env", default=None, help="the configuration environment whose domain is audited (conf/ENV)")
-    where.add_argument("--domain", default=None, help="audit this registered domain with its default parameters")
-    audit.add_argument("--params", default="", help="runtime parameters as `kedro run` takes them (a.b=1,c=x)")
+    add_domain_options(audit, "audited")
     audit.add_argument("--tasks", type=int, default=None, help="tasks attacked per domain or family (default: curate.audit)")
     audit.add_argument("--workers", type=int, default=None, help="verifier workers (default: the configuration's)")
     audit.add_argument("--output", default=None, help=f"the JSON report (default data/{REPORT}, or data/envs/ENV/{REPORT} "
                        "under --env ENV); - for none")
     audit.set_defaults(run=run)
+
+
+def add_domain_options(parser: argparse.ArgumentParser, what: str) -> None:
+    """--env or --domain, and --params: which domain a command takes (`domain_parameters` reads them)."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--env", default=None, help=f"the configuration environment whose domain is {what} (conf/ENV)")
+    where.add_argument("--domain", default=None, help=f"the domain {what}: a registered name or module:attr, with "
+                       "its default parameters")
+    parser.add_argument("--params", default="", help="runtime parameters as `kedro run` takes them (a.b=1,c=x)")
+
+
+def domain_parameters(args: argparse.Namespace) -> dict[str, Any]:
+    """The parameters `add_domain_options` names: the project's (conf/, --env) or the defaults with --domain's
+    name, --params applied either way; every default filled in."""
+    given = runtime_params(args.params)
+    if args.domain is None:
+        return project_parameters(args.env, given)
+    given["domain"] = {**(given.get("domain") or {}), "name": args.domain}  # --params may set its keys
+    return resolved(given)
 
 
 def runtime_params(text: str) -> dict[str, Any]:
@@ -126,12 +142,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.tasks is not None and args.tasks < 1 or args.workers is not None and args.workers < 1:
         raise AuditUsageError("--tasks and --workers must be at least 1")
-    if args.domain is not None:
-        given = runtime_params(args.params)
-        given["domain"] = {**(given.get("domain") or {}), "name": args.domain}  # --params may set its keys
-        parameters = resolved(given)
-    else:
-        parameters = project_parameters(args.env, runtime_params(args.params))
+    parameters = domain_parameters(args)
     try:
         domain = get_domain(parameters["domain"])
     except (ValueError, TypeError) as e:
@@ -168,4 +179,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["AuditUsageError", "add_parser", "main", "project_parameters", "resolved", "run", "runtime_params"]
+__all__ = ["AuditUsageError", "add_domain_options", "add_parser", "domain_parameters", "main", "run", "runtime_params"]
