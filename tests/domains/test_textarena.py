@@ -202,3 +202,42 @@ def test_a_two_player_game_is_played_against_a_seeded_scripted_opponent():
     assert first[-1][1].correct == (first[-1][1].reward == 1.0)
     with pytest.raises(ValueError, match="needs an opponent"):
         get_domain({"name": "textarena", "env_id": "TicTacToe-v0", "num_players": 2})
+
+
+def test_a_turn_reward_that_is_no_finite_number_ends_the_episode_as_an_error():
+    from rlvr_factory.domains.gym_text import GameEnvironment
+
+    for reward in (float("nan"), None, float("-inf")):
+        env = GameEnvironment(lambda reference, r=reward: ScriptedGame(r), 1.0)
+        env.reset(Task("t", "g", "", {"seed": 1}, 1, "train", ""))
+        step = env.step("move")
+        assert step.done and step.score.status == "error" and step.score.reward == 0.0
+
+
+class ScriptedGame:
+    def __init__(self, reward):
+        self.reward = reward
+
+    def reset(self, seed):
+        return "go"
+
+    def step(self, action):
+        return Transition("again", self.reward, False)
+
+
+def test_the_audit_lets_a_game_pay_a_chance_win_but_fails_a_move_that_wins_most_games(domain):
+    from rlvr_factory.audit import AuditConfig, audit
+    from rlvr_factory.verifiers.score import Score
+    from rlvr_factory.verification import VerifyConfig
+
+    tasks = [Task(f"textarena-train-{i}", "textarena", "Guess from 1 to 20, e.g. [5].", {"seed": i}, 1, "train", "")
+             for i in range(4)]
+
+    def judge(pays):
+        return lambda d, completions, references, verify: (
+            [Score(1.0, True) if pays(c, r) else Score(0.0, False) for c, r in zip(completions, references)], {})
+
+    lucky = audit(domain, tasks, VerifyConfig(), AuditConfig(), judge(lambda c, r: "[5]" in c and r["seed"] == 0))
+    assert not lucky.failing and sum(lucky.groups["textarena"].paid.values()) > 0
+    universal = audit(domain, tasks, VerifyConfig(), AuditConfig(), judge(lambda c, r: "[5]" in c and r["seed"] < 3))
+    assert "echo" in universal.failing["textarena"] and "beyond a chance win" in universal.failing["textarena"]

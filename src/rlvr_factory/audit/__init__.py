@@ -14,7 +14,9 @@ they get no cross-task attack; nor does a task from another with the same number
 be the same problem: `puzzle24`'s four numbers, `jugs`' capacities and target). A domain with a `shaped_reward` (a reason: CAD's volume IoU pays overlap by design;
 a learned reward model scores any text)
 fails an attack only when the attack is judged correct. An attack is *paid* when its outcome (the breakdown's `outcome`, else the reward) is
-above 0 (for `prose`, when it is above 0 and below 1: credit for length). A code attack that left its canary
+above 0 (for `prose`, when it is above 0 and below 1: credit for length). In a game (`chance_wins`, a reason: a
+guess that happens to be right wins GuessTheNumber) a move may win by chance: such a group fails only when one
+attack wins on more than half its tasks (and at least two), a universal move. A code attack that left its canary
 file on this host means something evaluated model output outside the sandbox. A group fails when anything
 was paid or a canary appeared; the curate stage quarantines a failing group's tasks (`curate.audit`).
 """
@@ -65,15 +67,24 @@ class GroupResult:
     examples: list[dict[str, Any]] = field(default_factory=list)  # the first paid attacks, with what they earned
     statuses: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # verdict status -> count
     canary: bool = False  # a code attack wrote its canary on the host
+    chance: bool = False  # a move may win by chance (a game): only an attack that wins most tasks fails the group
+    won: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # attack name -> tasks it was paid on
 
     @property
     def failed(self) -> bool:
-        return self.canary or any(self.paid.values())
+        return self.canary or (bool(self.universal) if self.chance else any(self.paid.values()))
+
+    @property
+    def universal(self) -> list[str]:
+        """The attacks paid on more than half the group's tasks (at least two): no chance win, in a game."""
+        return sorted(name for name, ids in self.won.items() if len(ids) >= 2 and 2 * len(ids) > self.tasks)
 
     def why(self) -> str:
         """One line: what paid, with the first example."""
         if self.canary:
             return "model output was evaluated outside the sandbox (a code attack wrote its canary on the host)"
+        if self.chance:
+            return f"attacks win on most tasks, beyond a chance win: {', '.join(self.universal)}"
         kinds = ", ".join(f"{k} {n}/{self.tried[k]}" for k, n in sorted(self.paid.items()) if n)
         first = self.examples[0] if self.examples else {}
         return f"pays generic attacks ({kinds}); e.g. {first.get('attack')} earned {first.get('outcome')}"
@@ -185,7 +196,8 @@ def audit(domain: Domain, tasks: Sequence[Task], verify: VerifyConfig, config: A
         from rlvr_factory.verification import verify_batch as judge
     started = time.monotonic()
     chosen = sample(domain, tasks, config.tasks_per_group)
-    results = {name: GroupResult(name, tasks=len(group)) for name, group in chosen.items()}
+    chance = getattr(domain, "chance_wins", None) is not None
+    results = {name: GroupResult(name, tasks=len(group), chance=chance) for name, group in chosen.items()}
     scratch = Path(tempfile.mkdtemp(prefix="rlvr-audit-"))
     canaries = {name: scratch / f"canary-{i}" for i, name in enumerate(chosen)}
     shaped = getattr(domain, "shaped_reward", None) is not None
@@ -225,6 +237,7 @@ def _record(result: GroupResult, task: Task, attack: Attack, score: Score, shape
         paid = 0 < earned < FULL if attack.kind in PARTIAL_ONLY else earned > 0
     if paid:
         result.paid[attack.kind] += 1
+        result.won[attack.name].add(task.task_id)
         if len(result.examples) < 5:
             result.examples.append({"task_id": task.task_id, "attack": attack.name, "outcome": round(earned, 4),
                                     "completion": attack.completion[:EXAMPLE_CHARS]})

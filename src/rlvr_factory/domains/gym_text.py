@@ -89,10 +89,15 @@ def seeded_state(seed: int) -> tuple[Any, Any]:
     return random.Random(seed).getstate(), np.random.RandomState(seed % 2**32).get_state(legacy=True)
 
 
+def finite_number(value: Any) -> bool:
+    """Whether `value` is an int or float (not a bool) and finite."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
 def outcome(reward: Any, success_reward: float, info: Mapping[str, str] | None = None) -> Score:
     """The verdict of a game's final reward: correct when it reaches `success_reward`; a reward that is not a
     finite number (a game that ended unscored) is an `error` verdict with reward 0."""
-    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+    if not finite_number(reward):
         return Score(0.0, False, status="error", breakdown={"env_reward": 0.0},
                      message=f"the environment ended the game with reward {reward!r}, not a finite number")
     breakdown: dict[str, float | str] = {"env_reward": float(reward)}
@@ -128,11 +133,10 @@ class GameEnvironment:
         with own_random(self.random_state) as after:
             moved = self.game.step(action)
         self.random_state = after[0]
-        if moved.done:
+        if moved.done or not finite_number(moved.reward):  # a turn reward that is no number ends the episode: error
             self.game = None
             return Step("", outcome(moved.reward, self.success_reward, moved.info), done=True)
-        reward = moved.reward if math.isfinite(moved.reward) else 0.0
-        return Step(moved.observation, None, done=False, reward=reward)
+        return Step(moved.observation, None, done=False, reward=float(moved.reward))
 
 
 def play(environment: GameEnvironment, task: Task, policy: Expert, max_turns: int) -> list[str]:
@@ -183,6 +187,8 @@ class GameDomain:
     name = "game"
     report_breakdown = ("env_reward",)
     shaped_reward = "the reward is the game's own: a partly right play earns the share the game gives it"
+    # the reward audit fails an attack on a game only when it wins on most tasks (a universal move)
+    chance_wins = "a move may win a game by chance (a guess that happens to be right)"
 
     def __init__(self, splits: Mapping[str, int], seed: int, success_reward: float, expert: str | None,
                  max_turns: int, workers: int, timeout_seconds: float) -> None:
