@@ -140,14 +140,16 @@ class GameEnvironment:
 
 
 def play(environment: GameEnvironment, task: Task, policy: Expert, max_turns: int) -> list[str]:
-    """An episode of `policy` on `task`: [first observation, action, observation, ..., last action]."""
+    """An episode of `policy` on `task`: [first observation, action, observation, ..., last action]. The policy
+    may draw from the global generators: they are seeded from the task's seed for the episode (and restored)."""
     observations, actions = [environment.reset(task)], []
-    for _ in range(max_turns):
-        actions.append(policy(observations, actions))
-        step = environment.step(actions[-1])
-        if step.done:
-            break
-        observations.append(step.observation)
+    with own_random(seeded_state(int(task.reference["seed"]) + 1)):
+        for _ in range(max_turns):
+            actions.append(policy(observations, actions))
+            step = environment.step(actions[-1])
+            if step.done:
+                break
+            observations.append(step.observation)
     return [text for pair in zip(observations, actions) for text in pair]
 
 

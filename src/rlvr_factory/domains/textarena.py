@@ -20,7 +20,6 @@ from typing import Any, Mapping
 
 import random
 import re
-import zlib
 
 from rlvr_factory.domains.gym_text import Game, GameDomain, Transition, load_expert
 
@@ -169,7 +168,8 @@ def guess_the_number(observations: list[str], actions: list[str]) -> str:
 
 
 def guess_in_range(observations: list[str], actions: list[str]) -> str:
-    """A weaker GuessTheNumber player: any number left in the range, drawn from the episode so far (so it repeats);
-    it heeds every hint but does not bisect, so it often runs out of guesses."""
+    """A weaker GuessTheNumber player: a number drawn uniformly from the range left (from the global generator,
+    which `gym_text.play` seeds per task); it heeds every hint but does not bisect, so within 5 guesses it wins
+    71% of games (bisection: all). Imitated, it is a policy with choices left for RL to sharpen."""
     low, high = _range(observations, actions)
-    return f"[{random.Random(zlib.crc32(chr(0).join(observations + actions).encode())).randint(low, high)}]"
+    return f"[{random.randint(low, high)}]"
