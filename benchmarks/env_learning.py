@@ -74,6 +74,7 @@ def main() -> None:
         shutil.copy(ROOT / "pyproject.toml", project / "pyproject.toml")
         (project / "mlruns").mkdir()
         (project / "src").mkdir()  # Kedro looks for the package source here; the installed one runs
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{project}/mlruns/mlflow.db"  # the scratch project's own store
     wall = run_pipeline(project, args.env, args.params)
     (sft_greedy, sft_pass), (rl_greedy, rl_pass) = (outcomes(project, args.env, p, args.samples)
                                                    for p in ("sft_policy", "rl_policy"))
