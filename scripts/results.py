@@ -167,9 +167,10 @@ def _lock_entries(lock: bytes) -> tuple[dict[str, Any], set[str]]:
 
 
 def is_result_drift(line: str, kept: list[str]) -> bool:
-    """Whether a drift line is about a result's value (a kept file, or its hash in the lock), not code or parameters."""
+    """Whether a drift line is about a result's value (a kept file, or its hash in the lock: as the out of the stage
+    that writes it, or as the dep of a stage that reads it), not code or parameters."""
     return any(line.startswith(f"{path}:") for path in kept) or (
-        line.startswith(f"{LOCK}: ") and any(f" outs {path}:" in line for path in kept))
+        line.startswith(f"{LOCK}: ") and any(f" outs {path}:" in line or f" deps {path}:" in line for path in kept))
 
 
 def compare(clone: Path) -> tuple[list[str], list[str]]:

@@ -172,8 +172,10 @@ def test_on_another_kind_of_cpu_only_the_results_values_are_excused_never_code_o
     kept = ["data/metrics.json"]
     assert results_py.is_result_drift("data/metrics.json: rl.greedy: committed 0.3, HEAD writes 0.338", kept)
     assert results_py.is_result_drift("dvc.lock: evaluate outs data/metrics.json: committed m1, HEAD writes m2", kept)
+    # a stage that reads a result (the report reads metrics.json) records its hash too: the same value
+    assert results_py.is_result_drift("dvc.lock: report deps data/metrics.json: committed m1, HEAD writes m2", kept)
     for line in ("dvc.lock: rl deps src/rl: committed c0de, HEAD writes other",
                  "dvc.lock: evaluate params conf/p.yml: committed {'evaluate.k': 8}, HEAD writes {'evaluate.k': 9}",
                  "dvc.lock: rl cmd: committed run rl, HEAD writes run rl2",
-                 "dvc.lock: evaluate deps data/metrics.json: committed m1, HEAD writes m2"):
+                 "dvc.lock: evaluate deps data/other.json: committed m1, HEAD writes m2"):
         assert not results_py.is_result_drift(line, kept)
