@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RUNTIME_LOCK = "requirements.lock"
 TEST_LOCK = "requirements-test.lock"
 # The extras each lock holds: scripts/install.sh's and scripts/test.sh's.
-EXTRAS = {RUNTIME_LOCK: ("cpu",), TEST_LOCK: ("cpu", "dev", "data", "notebook", "ui", "ray", "viz", "cad", "reasoning-gym", "textarena", "skyrl-gym")}
+EXTRAS = {RUNTIME_LOCK: ("cpu",), TEST_LOCK: ("cpu", "dev", "data", "notebook", "ui", "ray", "viz", "cad", "reasoning-gym", "textarena", "skyrl-gym", "openenv")}
 PYTHON = "3.11"
 PLATFORM = "x86_64-manylinux_2_36"  # this Debian image's glibc; cadquery-ocp needs 2.35
 COMMAND = "python scripts/lock.py"

@@ -40,14 +40,17 @@ DOMAINS = {
                               "opponent": "rlvr_factory.domains.textarena:random_move"},
     "skyrl_gym": lambda tmp: {"name": "skyrl_gym", "env_id": "gsm8k_multi_turn", "data": skyrl_rows(tmp),
                               "max_turns": 3},
+    "openenv": lambda tmp: {"name": "openenv", "env_dir": str(PROJECT_ROOT / "examples/openenv/guess_number"),
+                            "action_field": "guess", "observation_field": "message", "splits": {"train": 4},
+                            "expert": "rlvr_factory.domains.textarena:guess_the_number", "max_turns": 5},
 }
-PACKAGES = {"textarena": "textarena", "tictactoe": "textarena", "skyrl_gym": "skyrl_gym"}
+PACKAGES = {"textarena": "textarena", "tictactoe": "textarena", "skyrl_gym": "skyrl_gym", "openenv": "openenv.core"}
 
 
 @pytest.mark.parametrize("name", DOMAINS)
 def test_every_adapter_and_our_own_environments_pass_the_kit(name, tmp_path):
     if name in PACKAGES:
-        extra = PACKAGES[name].replace("_", "-")
+        extra = PACKAGES[name].split(".")[0].replace("_", "-")
         pytest.importorskip(PACKAGES[name], reason=f"{PACKAGES[name]} is not installed (pip install -e '.[{extra}]')")
     domain = get_domain(DOMAINS[name](tmp_path))
     checks = check_environment(domain, domain.generate_tasks()[:3], turns=3, timeout_seconds=60,
