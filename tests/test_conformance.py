@@ -42,7 +42,7 @@ DOMAINS = {
                               "max_turns": 3},
     "openenv": lambda tmp: {"name": "openenv", "env_dir": str(PROJECT_ROOT / "examples/openenv/guess_number"),
                             "action_field": "guess", "observation_field": "message", "splits": {"train": 4},
-                            "expert": "rlvr_factory.domains.textarena:guess_the_number", "max_turns": 5},
+                            "expert": "rlvr_factory.domains.textarena:guess_the_number", "max_turns": 5, "workers": 1},
 }
 PACKAGES = {"textarena": "textarena", "tictactoe": "textarena", "skyrl_gym": "skyrl_gym", "openenv": "openenv.core"}
 
