@@ -261,3 +261,13 @@ def test_a_hanging_step_is_cut_at_the_limit(tmp_path):
         server.process.kill()
     assert isinstance(step, Failed) and step.status == "timeout"
     assert time.perf_counter() - start < 30
+
+
+def test_the_reward_audit_attacks_openenvs_reasoning_gym_env_through_its_server_and_nothing_pays():
+    from rlvr_factory.audit import AuditConfig, audit
+    from rlvr_factory.verification import VerifyConfig
+
+    legs = get_domain({**LEGS, "splits": {"train": 2, "test": 1}})
+    report = audit(legs, legs.generate_tasks(), VerifyConfig(workers=1, timeout_seconds=60.0), AuditConfig(tasks_per_group=3))
+    (group,) = report.groups.values()
+    assert report.failing == {} and not group.canary and sum(group.tried.values()) >= 20

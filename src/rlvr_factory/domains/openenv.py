@@ -31,6 +31,7 @@ environment rejects or fails on is an `error` episode with the server's message.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import os
 import re
@@ -84,6 +85,12 @@ class Server:
     url: str
     log: Path
 
+    def stop(self) -> None:
+        """End the server and remove its output file (at the exit of the process that started it)."""
+        self.process.kill()
+        self.process.wait()
+        self.log.unlink(missing_ok=True)
+
     def failure(self) -> str:
         """The last lines of the server's output (where a traceback names its error), for an error message."""
         lines = self.log.read_text(errors="replace").strip().splitlines() if self.log.exists() else []
@@ -106,10 +113,12 @@ def start_server(env_dir: str, start_seconds: float) -> Server:
             [sys.executable, "-c", SERVE, app, str(listener.fileno()), str(os.getpid())], cwd=env_dir,
             pass_fds=(listener.fileno(),), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
         server = Server(process, f"http://127.0.0.1:{listener.getsockname()[1]}", log)
+    atexit.register(server.stop)
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1, never through a proxy
     deadline = time.monotonic() + start_seconds
     while process.poll() is None and time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(f"{server.url}/health", timeout=1):
+            with direct.open(f"{server.url}/health", timeout=1):
                 return server
         except OSError:
             time.sleep(0.1)
