@@ -36,6 +36,14 @@ def task(seed):
     return Task(f"t{seed}", "openenv", "", {"seed": seed}, 1, "train", "")
 
 
+def env_dir(path, app_source):
+    """An OpenEnv environment directory whose server/app.py is `app_source`."""
+    (path / "server").mkdir(parents=True)
+    (path / "openenv.yaml").write_text("app: server.app:app\n")
+    (path / "server/app.py").write_text(textwrap.dedent(app_source))
+    return path
+
+
 def episode(domain, seed, actions):
     env = domain.environment()
     seen = [env.reset(task(seed))]
@@ -132,10 +140,7 @@ def test_in_scheduler_workers_an_action_the_environment_rejects_is_an_error_with
 def test_a_server_that_cannot_be_reached_or_started_is_infra_error_never_a_wrong_answer(tmp_path):
     with socket_closed() as port:
         unreachable = get_domain({**GUESS, "env_dir": None, "url": f"http://127.0.0.1:{port}", "timeout_seconds": 5})
-    broken = tmp_path / "broken"
-    (broken / "server").mkdir(parents=True)
-    (broken / "openenv.yaml").write_text("app: server.app:app\n")
-    (broken / "server/app.py").write_text("raise RuntimeError('no model weights here')\n")
+    broken = env_dir(tmp_path / "broken", "raise RuntimeError('no model weights here')")
     crashing = get_domain({**GUESS, "env_dir": str(broken), "start_seconds": 30})
     with Executor(SCHEDULER) as executor:
         results = executor.run("reset", [unreachable.environment(), crashing.environment()], [task(1), task(1)])
@@ -160,10 +165,7 @@ class socket_closed:
 
 
 def test_an_environment_that_ignores_the_seed_fails_its_replay_naming_the_turn(tmp_path):
-    unseeded = tmp_path / "unseeded"
-    (unseeded / "server").mkdir(parents=True)
-    (unseeded / "openenv.yaml").write_text("app: server.app:app\n")
-    (unseeded / "server/app.py").write_text(textwrap.dedent("""
+    unseeded = env_dir(tmp_path / "unseeded", """
         import random
         from openenv.core.env_server.http_server import create_app
         from openenv.core.env_server.interfaces import Environment
@@ -187,7 +189,7 @@ def test_an_environment_that_ignores_the_seed_fails_its_replay_naming_the_turn(t
                 return State()
 
         app = create_app(Unseeded, Say, Heard)
-    """))
+    """)
     domain = get_domain({"name": "openenv", "env_dir": str(unseeded), "observation_field": "text"})
     env = domain.environment()
     env.reset(task(1))
@@ -224,10 +226,7 @@ def test_a_bad_configuration_fails_at_start_up(tmp_path):
 
 
 def test_a_hanging_step_is_cut_at_the_limit(tmp_path):
-    slow = tmp_path / "slow"
-    (slow / "server").mkdir(parents=True)
-    (slow / "openenv.yaml").write_text("app: server.app:app\n")
-    (slow / "server/app.py").write_text(textwrap.dedent("""
+    slow = env_dir(tmp_path / "slow", """
         import time
         from openenv.core.env_server.http_server import create_app
         from openenv.core.env_server.interfaces import Environment
@@ -248,7 +247,7 @@ def test_a_hanging_step_is_cut_at_the_limit(tmp_path):
                 return State()
 
         app = create_app(Slow, Say, Observation)
-    """))
+    """)
     server = start_server(str(slow), 60)
     domain = get_domain({"name": "openenv", "url": server.url})
     config = ExecutorConfig(executor="scheduler", workers=1, timeout_seconds=5.0)
