@@ -1,5 +1,5 @@
-"""The `rlvr` command line: verification of completions outside the pipeline, the sandbox, the reward audit and
-the environment conformance kit.
+"""The `rlvr` command line: verification of completions outside the pipeline, the sandbox, the reward audit,
+the environment conformance kit and a checkpoint served on an OpenAI-compatible endpoint.
 
 (Not named `cli.py`: Kedro loads a package's `cli.py` as its own project commands.)
 
@@ -8,6 +8,7 @@ the environment conformance kit.
     rlvr sandbox run [--backend B] [--timeout S] [--memory-mb M] [--json] -- CMD ARGS...
     rlvr audit [--env ENV | --domain D] [--params K=V,...] [--tasks N] [--workers N] [--output PATH]
     rlvr check-env [--env ENV | --domain D] [--params K=V,...] [--tasks N] [--turns N] [--timeout S] [--no-tokens]
+    rlvr serve --model DIR [--host H] [--port P] [--record CALLS.jsonl] [--max-batch N] ...  (see serve.py)
 
 Each `verify` input row is ``{"id": ..., "completion": "...", "reference": {...}}`` (extra fields
 are kept) with the reference of a task of domain D, as in the `tasks` table: for math domains
@@ -48,7 +49,7 @@ from typing import IO, Any, Callable, Iterator, NoReturn, Sequence
 
 from tqdm.auto import tqdm
 
-from rlvr_factory import check_env
+from rlvr_factory import check_env, serve
 from rlvr_factory.audit import command as audit_command
 from rlvr_factory.json_lines import LineError, parse_line
 from rlvr_factory.sandbox import BACKENDS, DEFAULT_BACKEND, Limits, RunResult, Sandbox, SandboxStartError
@@ -466,7 +467,8 @@ def add_sandbox(commands: argparse._SubParsersAction) -> None:
 # status; a `UsageError` it raises is one line on stderr and exit status 2).
 COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {"verify": add_verify, "sandbox": add_sandbox,
                                                                         "audit": audit_command.add_parser,
-                                                                        "check-env": check_env.add_parser}
+                                                                        "check-env": check_env.add_parser,
+                                                                        "serve": serve.add_parser}
 
 
 def build_parser() -> argparse.ArgumentParser:

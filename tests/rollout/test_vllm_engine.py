@@ -223,3 +223,25 @@ def test_a_weight_push_that_fails_stops_with_the_policy_version(engine):
 def test_a_model_vllm_cannot_serve_fails_at_start_up_naming_it_and_the_way_out():
     with pytest.raises(EngineStartError, match=r"LlamaForCausalLM, head size 16.*Use rollout.engine=transformers"):
         VllmEngine(make_tiny_policy(), VllmSettings())
+
+
+def test_the_openai_endpoint_serves_vllm_token_exactly(engine):
+    """The endpoint over the vLLM engine (its batcher thread calls it): what the client reads is what vLLM
+    sampled, recorded with its log-probs, and greedy samples are the transformers engine's."""
+    import openai
+
+    from rlvr_factory.rollout.endpoint import Endpoint, EndpointConfig
+
+    policy = servable()
+    engine.sync(policy)
+    with Endpoint(engine, policy.tokenizer, EndpointConfig(max_model_len=256)) as endpoint:
+        api = openai.OpenAI(base_url=endpoint.url + "/v1", api_key="none", max_retries=0)
+        replies = [api.chat.completions.create(model="m", messages=[{"role": "user", "content": prompt}], max_tokens=12,
+                                               temperature=0, logprobs=True, extra_body={"return_token_ids": True})
+                   for prompt in PROMPTS[:2]]
+        calls = list(endpoint.recorder.calls)
+    theirs = on_transformers(policy, [Request(c.prompt_ids) for c in calls])
+    for reply, call, their in zip(replies, calls, theirs):
+        assert reply.choices[0].model_extra["token_ids"] == call.completion_ids == their.token_ids
+        assert [t.logprob for t in reply.choices[0].logprobs.content] == pytest.approx(call.logprobs)
+        assert call.logprobs == pytest.approx(their.logprobs, abs=1e-4)
