@@ -43,9 +43,9 @@ def client(endpoint: Endpoint, **kwargs) -> openai.OpenAI:
 
 def test_a_chat_completion_is_the_recorded_sample_and_its_logprobs_are_the_policys(random_endpoint):
     policy, endpoint = random_endpoint
-    response = client(endpoint).chat.completions.create(
+    response = endpoint.run(lambda: client(endpoint).chat.completions.create(
         model="policy", messages=[{"role": "user", "content": "What is 2+2?"}], max_tokens=12, logprobs=True,
-        user="s-chat", extra_body={"return_token_ids": True})
+        user="s-chat", extra_body={"return_token_ids": True}))
     call = [c for c in endpoint.recorder.calls if c.session == "s-chat"][-1]
     choice = response.choices[0]
     assert choice.model_extra["token_ids"] == call.completion_ids and len(call.completion_ids) >= 1
@@ -61,9 +61,9 @@ def test_a_chat_completion_is_the_recorded_sample_and_its_logprobs_are_the_polic
 
 def test_a_stream_delivers_the_recorded_sample_token_by_token(random_endpoint):
     policy, endpoint = random_endpoint
-    chunks = list(client(endpoint).chat.completions.create(
+    chunks = endpoint.run(lambda: list(client(endpoint).chat.completions.create(
         model="policy", messages=[{"role": "user", "content": "hi"}], max_tokens=10, stream=True, user="s-stream",
-        stream_options={"include_usage": True}, extra_body={"return_token_ids": True}))
+        stream_options={"include_usage": True}, extra_body={"return_token_ids": True})))
     call = [c for c in endpoint.recorder.calls if c.session == "s-stream"][-1]
     deltas = [c.choices[0] for c in chunks if c.choices]
     assert "".join(d.delta.content or "" for d in deltas) == policy.tokenizer.decode(call.completion_ids,
@@ -83,8 +83,11 @@ def test_concurrent_requests_are_sampled_in_shared_batches_and_each_gets_its_own
                                            max_tokens=8, user=f"s-concurrent-{i}",
                                            extra_body={"return_token_ids": True})
 
-    with ThreadPoolExecutor(8) as pool:
-        responses = list(pool.map(ask, range(8)))
+    def agents():
+        with ThreadPoolExecutor(8) as pool:
+            return list(pool.map(ask, range(8)))
+
+    responses = endpoint.run(agents)
     assert max(endpoint.server.batcher.batches[before:]) > 1  # some were sampled together
     for i, response in enumerate(responses):
         (call,) = [c for c in endpoint.recorder.calls if c.session == f"s-concurrent-{i}"]
@@ -94,9 +97,9 @@ def test_concurrent_requests_are_sampled_in_shared_batches_and_each_gets_its_own
 
 def test_n_choices_are_separate_samples_each_recorded(random_endpoint):
     _, endpoint = random_endpoint
-    response = client(endpoint).chat.completions.create(
+    response = endpoint.run(lambda: client(endpoint).chat.completions.create(
         model="policy", messages=[{"role": "user", "content": "x"}], max_tokens=8, n=3, user="s-n",
-        extra_body={"return_token_ids": True})
+        extra_body={"return_token_ids": True}))
     calls = [c for c in endpoint.recorder.calls if c.session == "s-n"]
     assert [c.model_extra["token_ids"] for c in response.choices] == [c.completion_ids for c in calls]
     assert len({tuple(c.completion_ids) for c in calls}) > 1
@@ -115,18 +118,22 @@ def test_bad_requests_are_400s_that_say_what_is_wrong(random_endpoint, kwargs, s
     _, endpoint = random_endpoint
     arguments = {"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4} | kwargs
     with pytest.raises(openai.BadRequestError, match=says):
-        client(endpoint).chat.completions.create(**arguments)
+        endpoint.run(lambda: client(endpoint).chat.completions.create(**arguments))
 
 
 def test_malformed_bodies_and_token_ids_are_400s_and_the_server_keeps_serving(random_endpoint):
     _, endpoint = random_endpoint
+    def post(body: bytes) -> httpx.Response:
+        return endpoint.run(lambda: httpx.post(endpoint.url + "/inference/v1/generate", content=body))
+
     for body, says in [(b"{not json", "not JSON"), (b"[1, 2]", "JSON object"),
                        (b'{"token_ids": [1, 99999], "sampling_params": {"max_tokens": 2}}', "token ids must be"),
                        (b'{"token_ids": [1, 2], "sampling_params": {"temperature": NaN}}', "temperature"),
                        (b'{"token_ids": []}', "non-empty")]:
-        reply = httpx.post(endpoint.url + "/inference/v1/generate", content=body)
+        reply = post(body)
         assert reply.status_code == 400 and says in reply.json()["error"]["message"], (body, reply.text)
-    assert httpx.get(endpoint.url + "/v1/models").json()["data"][0]["max_model_len"] == 256
+    assert httpx.get(endpoint.url + "/v1/models").json()["data"][0]["max_model_len"] == 256  # needs no engine
+    assert post(b'{"token_ids": [1, 2], "sampling_params": {"max_tokens": 2}}').status_code == 200
 
 
 def test_an_engine_failure_is_a_500_naming_it_and_the_next_request_is_served():
@@ -141,19 +148,21 @@ def test_an_engine_failure_is_a_500_naming_it_and_the_next_request_is_served():
 
     engine.generate = flaky
     with Endpoint(engine, policy.tokenizer) as endpoint:
-        api = client(endpoint)
+        def ask():
+            return client(endpoint).chat.completions.create(model="m", messages=[{"role": "user", "content": "a"}],
+                                                            max_tokens=3)
+
         with pytest.raises(openai.InternalServerError, match="out of memory"):
-            api.chat.completions.create(model="m", messages=[{"role": "user", "content": "a"}], max_tokens=3)
-        assert api.chat.completions.create(model="m", messages=[{"role": "user", "content": "a"}],
-                                           max_tokens=3).choices[0].finish_reason in ("stop", "length")
+            endpoint.run(ask)
+        assert endpoint.run(ask).choices[0].finish_reason in ("stop", "length")
         assert len(endpoint.recorder.calls) == 1  # the failed call recorded nothing
 
 
 def test_a_stop_string_cuts_the_text_and_the_recorded_tokens_end_where_it_was_completed():
     policy = make_scripted_policy("abcd", after="\n")
     with Endpoint(TransformersEngine(policy), policy.tokenizer) as endpoint:
-        response = client(endpoint).chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "go"}], max_tokens=8, stop=["c"], temperature=0)
+        response = endpoint.run(lambda: client(endpoint).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "go"}], max_tokens=8, stop=["c"], temperature=0))
         call = endpoint.recorder.calls[-1]
     assert response.choices[0].message.content == "ab" and response.choices[0].finish_reason == "stop"
     assert policy.tokenizer.decode(call.completion_ids) == "abc"  # sampled through the stop string's token
@@ -164,13 +173,16 @@ def test_an_agents_turns_in_one_session_become_one_token_exact_episode():
     into one episode whose sampled tokens are the calls' samples and whose observation is the tokens between."""
     policy = make_scripted_policy("ok")
     with Endpoint(TransformersEngine(policy), policy.tokenizer) as endpoint:
-        api = client(endpoint, default_headers={"X-Session-ID": "agent-1"})
-        messages = [{"role": "user", "content": "use the tool"}]
-        first = api.chat.completions.create(model="m", messages=messages, max_tokens=5, temperature=0)
-        messages += [{"role": "assistant", "content": first.choices[0].message.content},
-                     {"role": "tool", "content": "result: 42"}]
-        api.chat.completions.create(model="m", messages=messages, max_tokens=5, temperature=0)
-        api.chat.completions.create(model="m", messages=[{"role": "user", "content": "a new start"}], max_tokens=5)
+        def agent():
+            api = client(endpoint, default_headers={"X-Session-ID": "agent-1"})
+            messages = [{"role": "user", "content": "use the tool"}]
+            first = api.chat.completions.create(model="m", messages=messages, max_tokens=5, temperature=0)
+            messages += [{"role": "assistant", "content": first.choices[0].message.content},
+                         {"role": "tool", "content": "result: 42"}]
+            api.chat.completions.create(model="m", messages=messages, max_tokens=5, temperature=0)
+            api.chat.completions.create(model="m", messages=[{"role": "user", "content": "a new start"}], max_tokens=5)
+
+        endpoint.run(agent)
         calls = list(endpoint.recorder.calls)
         (episode, restart) = endpoint.recorder.episodes("agent-1", policy.tokenizer.decode)
     assert [c.session for c in calls] == ["agent-1"] * 3
@@ -212,7 +224,7 @@ def test_verifiers_token_client_gets_exact_ids_and_logprobs_from_the_generate_ro
                 generate(client=api, renderer=renderer, messages=[{"role": "user", "content": f"q{i}"}], model="m",
                          sampling_params={"max_tokens": 10, "temperature": 1.0}, extra_headers={"X-Session-ID": f"v{i}"})
                 for i in range(3)])
-        results = asyncio.run(run())
+        results = endpoint.run(asyncio.run, run())
     for i, result in enumerate(results):
         (call,) = [c for c in recorder.calls if c.session == f"v{i}"]
         assert result["prompt_ids"] == call.prompt_ids and result["completion_ids"] == call.completion_ids
@@ -260,9 +272,33 @@ def test_the_generate_routes_stop_token_ids_cut_the_sample_after_the_first_one_s
     stop = policy.tokenizer.convert_tokens_to_ids("b")
     with Endpoint(TransformersEngine(policy), policy.tokenizer) as endpoint:
         context = list(policy.tokenizer("\n")["input_ids"])
-        reply = httpx.post(endpoint.url + "/inference/v1/generate", json={
-            "token_ids": context, "sampling_params": {"max_tokens": 8, "temperature": 0, "stop_token_ids": [stop]}}).json()
+        reply = endpoint.run(lambda: httpx.post(endpoint.url + "/inference/v1/generate", json={
+            "token_ids": context, "sampling_params": {"max_tokens": 8, "temperature": 0, "stop_token_ids": [stop]}}).json())
     (choice,) = reply["choices"]
     assert policy.tokenizer.decode(choice["token_ids"]) == "ab" and choice["finish_reason"] == "stop"
     assert [e["token"] for e in choice["logprobs"]["content"]] == [f"token_id:{t}" for t in choice["token_ids"]]
     assert endpoint.recorder.calls[-1].completion_ids == choice["token_ids"]
+
+
+def test_the_engine_samples_on_the_thread_that_runs_the_agent_code_and_an_agents_exception_reaches_it():
+    """vLLM's CPU kernels fail when another thread than the engine's samples (they check the thread counts)."""
+    import threading
+
+    policy = make_tiny_policy()
+    engine = TransformersEngine(policy)
+    real, threads = engine.generate, []
+
+    def recording(requests, config):
+        threads.append(threading.get_ident())
+        return real(requests, config)
+
+    engine.generate = recording
+
+    def agent():
+        client(endpoint).chat.completions.create(model="m", messages=[{"role": "user", "content": "a"}], max_tokens=2)
+        raise KeyError("the agent's own bug")
+
+    with Endpoint(engine, policy.tokenizer) as endpoint:
+        with pytest.raises(KeyError, match="the agent's own bug"):
+            endpoint.run(agent)
+    assert threads == [threading.get_ident()]

@@ -226,7 +226,7 @@ def test_a_model_vllm_cannot_serve_fails_at_start_up_naming_it_and_the_way_out()
 
 
 def test_the_openai_endpoint_serves_vllm_token_exactly(engine):
-    """The endpoint over the vLLM engine (its batcher thread calls it): what the client reads is what vLLM
+    """The endpoint over the vLLM engine (sampling on the engine's thread): what the client reads is what vLLM
     sampled, recorded with its log-probs, and greedy samples are the transformers engine's."""
     import openai
 
@@ -236,9 +236,10 @@ def test_the_openai_endpoint_serves_vllm_token_exactly(engine):
     engine.sync(policy)
     with Endpoint(engine, policy.tokenizer, EndpointConfig(max_model_len=256)) as endpoint:
         api = openai.OpenAI(base_url=endpoint.url + "/v1", api_key="none", max_retries=0)
-        replies = [api.chat.completions.create(model="m", messages=[{"role": "user", "content": prompt}], max_tokens=12,
-                                               temperature=0, logprobs=True, extra_body={"return_token_ids": True})
-                   for prompt in PROMPTS[:2]]
+        replies = endpoint.run(lambda: [
+            api.chat.completions.create(model="m", messages=[{"role": "user", "content": prompt}], max_tokens=12,
+                                        temperature=0, logprobs=True, extra_body={"return_token_ids": True})
+            for prompt in PROMPTS[:2]])
         calls = list(endpoint.recorder.calls)
     theirs = on_transformers(policy, [Request(c.prompt_ids) for c in calls])
     for reply, call, their in zip(replies, calls, theirs):

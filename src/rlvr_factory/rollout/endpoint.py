@@ -18,9 +18,10 @@ Routes (FastAPI, served by uvicorn):
   ``token_ids``, ``logprobs.content`` (``token: "token_id:N"``) and ``finish_reason`` out.
 - ``GET /health``.
 
-Requests that arrive together are sampled together: one batcher thread takes what is queued (up
-to `max_batch`, waiting `batch_wait_s` after the first), groups it by sampling settings and calls
-`engine.generate` once per group, so concurrent agents share the engine's batches. A sample
+Requests that arrive together are sampled together: the engine's own thread (the one that calls
+`Endpoint.run` with the agent code, or `serve_forever`) takes what is queued (up to `max_batch`, waiting
+`batch_wait_s` after the first), groups it by sampling settings and calls `engine.generate` once per
+group, so concurrent agents share the engine's batches. A sample
 depends on the batch it joins (the engine draws one seed per batch), so a run that needs
 repeatable samples sends its requests in a fixed order or sets `max_batch: 1`.
 
@@ -164,14 +165,16 @@ class _Job:
 
 
 class Batcher:
-    """One thread that owns the engine: it samples queued jobs in batches, one `generate` per sampling setting."""
+    """Queued jobs, sampled in batches by whichever thread calls `serve`: one `generate` per sampling setting.
+
+    The engine is only ever called from the thread that serves, the one that owns it: vLLM's CPU kernels
+    check that the threads that built a step's metadata and that run it agree, and the transformers
+    engine runs with the intra-op threads its owner set."""
 
     def __init__(self, engine: Engine, config: EndpointConfig) -> None:
         self.engine, self.config = engine, config
         self._queue: queue.Queue[_Job | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._loop, name="endpoint-batcher", daemon=True)
         self.batches: list[int] = []  # size of each engine call, for tests and stats
-        self._thread.start()
 
     def submit(self, context: list[int], config: SamplingConfig, session: str) -> Future:
         job = _Job(context, config, session)
@@ -179,13 +182,18 @@ class Batcher:
         return job.future
 
     def close(self) -> None:
+        """End `serve` (after the batch in hand); jobs still queued fail."""
         self._queue.put(None)
-        self._thread.join(timeout=30)
 
-    def _loop(self) -> None:
-        while True:
-            first = self._queue.get()
+    def serve(self, until: Callable[[], bool] = lambda: False, poll_s: float = 0.05) -> None:
+        """Sample what is queued, on this thread, until `until()` is true (checked every `poll_s`) or `close`."""
+        while not until():
+            try:
+                first = self._queue.get(timeout=poll_s)
+            except queue.Empty:
+                continue
             if first is None:
+                self._fail_queued()
                 return
             jobs, deadline = [first], time.monotonic() + self.config.batch_wait_s
             while len(jobs) < self.config.max_batch:
@@ -202,6 +210,15 @@ class Batcher:
                 groups.setdefault(job.config, []).append(job)
             for config, group in groups.items():
                 self._run(config, group)
+
+    def _fail_queued(self) -> None:
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None:
+                job.future.set_exception(RuntimeError("the endpoint stopped"))
 
     def _run(self, config: SamplingConfig, jobs: list[_Job]) -> None:
         # An episode's KV cache is found by its key: a session's first job in the batch carries it, so an
@@ -500,10 +517,15 @@ def build_app(server: Server):
 
 
 class Endpoint:
-    """`Server`'s app served by uvicorn in a thread on 127.0.0.1 (port 0: a free one), as a context manager.
+    """`Server`'s app served by uvicorn on a thread, on 127.0.0.1 (port 0: a free one); the engine samples on
+    the thread that calls `run` or `serve_forever`.
+
+        def agent():
+            client = openai.OpenAI(base_url=endpoint.url + "/v1", api_key="none")
+            return client.chat.completions.create(model="policy", messages=[...])
 
         with Endpoint(engine, tokenizer) as endpoint:
-            client = openai.OpenAI(base_url=endpoint.url + "/v1", api_key="none")
+            reply = endpoint.run(agent)
     """
 
     def __init__(self, engine: Engine, tokenizer: Any, config: EndpointConfig | None = None,
@@ -525,6 +547,9 @@ class Endpoint:
         return self.server.recorder
 
     def start(self) -> "Endpoint":
+        """Accept HTTP requests (uvicorn on a thread); they are sampled while a thread runs `run` or `serve_forever`."""
+        if self._thread is not None:
+            return self
         self._thread = threading.Thread(target=self._uvicorn.run, kwargs={"sockets": [self.socket]},
                                         name="endpoint-http", daemon=True)
         self._thread.start()
@@ -535,12 +560,31 @@ class Endpoint:
             time.sleep(0.01)
         return self
 
+    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call `fn(*args)` on a new thread (the agent code: it calls this endpoint) while this thread, the
+        engine's, samples its requests; `fn`'s result, or its exception raised here."""
+        self.start()
+        result: Future = Future()
+
+        def call() -> None:
+            try:
+                result.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001 - handed to the caller as is
+                result.set_exception(e)
+
+        threading.Thread(target=call, name="endpoint-client", daemon=True).start()
+        self.server.batcher.serve(until=result.done)
+        return result.result()
+
     def serve_forever(self) -> None:
-        """Serve in this thread until interrupted."""
+        """Serve until interrupted (Ctrl-C), sampling on this thread."""
+        self.start()
         try:
-            self._uvicorn.run(sockets=[self.socket])
+            self.server.batcher.serve()
+        except KeyboardInterrupt:
+            pass
         finally:
-            self.server.close()
+            self.stop()
 
     def stop(self) -> None:
         self._uvicorn.should_exit = True
