@@ -560,15 +560,15 @@ class Endpoint:
             time.sleep(0.01)
         return self
 
-    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Call `fn(*args)` on a new thread (the agent code: it calls this endpoint) while this thread, the
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call `fn(*args, **kwargs)` on a new thread (the agent code: it calls this endpoint) while this thread, the
         engine's, samples its requests; `fn`'s result, or its exception raised here."""
         self.start()
         result: Future = Future()
 
         def call() -> None:
             try:
-                result.set_result(fn(*args))
+                result.set_result(fn(*args, **kwargs))
             except BaseException as e:  # noqa: BLE001 - handed to the caller as is
                 result.set_exception(e)
 

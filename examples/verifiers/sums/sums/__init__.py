@@ -1,0 +1,3 @@
+from sums.taskset import SumsTaskset
+
+__all__ = ["SumsTaskset"]

@@ -1,0 +1,141 @@
+"""The verifiers adapter: a `verifiers` v1 environment (examples/verifiers/sums, in its own venv) runs through
+`vf-eval` against the policy endpoint; its traces are token-exact against the engine's samples, and the
+update trains on them. Skips without the verifiers venv (`bash scripts/install_verifiers.sh`), unless
+RLVR_REQUIRE_VERIFIERS is set (CI sets it), where it fails."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rlvr_factory.rollout.endpoint import Endpoint, EndpointConfig
+from rlvr_factory.rollout.hf import TransformersEngine
+from rlvr_factory.rollout.verifiers_adapter import (
+    VerifiersRunError, VerifiersSettings, run_verifiers, samples, token_mismatch,
+)
+from rlvr_factory.training.grpo import UpdateConfig, rl_update
+from tests.conftest import make_scripted_policy
+
+VENV = Path(os.environ.get("RLVR_VERIFIERS_VENV", Path(__file__).parents[2] / ".venv-verifiers"))
+if not (VENV / "bin" / "vf-eval").exists():
+    if os.environ.get("RLVR_REQUIRE_VERIFIERS"):
+        raise RuntimeError(f"RLVR_REQUIRE_VERIFIERS is set but {VENV} has no vf-eval (scripts/install_verifiers.sh)")
+    pytest.skip(f"verifiers is not installed in {VENV} (bash scripts/install_verifiers.sh)", allow_module_level=True)
+
+TASKS = 4
+
+
+def sums_answers(seed: int = 0, n: int = TASKS) -> list[str]:
+    """The answers of the example taskset's first tasks (its own generator: a seeded `random.Random`)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        a, b = rng.randint(0, 9), rng.randint(0, 9)
+        out.append(str(a + b))
+    return out
+
+
+def half_right_policy(answer: str):
+    """A tiny Llama that, after the generation prompt, writes `answer` then EOS about half the time (the first
+    token's logit lowered to 5.5 against 259 others at 0), and garbage otherwise. (The final RMS norm scales
+    the one-hot residual by sqrt(hidden size), so the weight is 5.5 over that.)"""
+    policy = make_scripted_policy(answer)
+    first = policy.tokenizer(answer)["input_ids"][0]
+    with torch.no_grad():
+        row = policy.model.lm_head.weight[first]
+        row[row == 100.0] = 5.5 / policy.model.config.hidden_size ** 0.5
+    return policy
+
+
+def answer_logprob(policy, context: list[int], answer: str) -> float:
+    ids = policy.tokenizer(answer)["input_ids"] + [policy.tokenizer.eos_token_id]
+    x = torch.tensor([context + ids])
+    with torch.no_grad():
+        logits = policy.model(x).logits[0, len(context) - 1 : -1]
+    return float(F.log_softmax(logits, dim=-1).gather(-1, torch.tensor(ids).unsqueeze(-1)).sum())
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    answer = sums_answers()[0]
+    policy = half_right_policy(answer)
+    tokenizer_dir = tmp_path_factory.mktemp("tokenizer")
+    policy.tokenizer.save_pretrained(tokenizer_dir)
+    settings = VerifiersSettings("sums", venv=str(VENV), num_tasks=TASKS, rollouts_per_task=8, max_tokens=6,
+                                 temperature=1.0)
+    endpoint = Endpoint(TransformersEngine(policy), policy.tokenizer, EndpointConfig(model_name="tiny"))
+    with endpoint:
+        rollouts = run_verifiers(endpoint, settings, tokenizer_dir, tmp_path_factory.mktemp("vf"))
+    return policy, answer, endpoint, rollouts
+
+
+def test_every_trace_is_token_exact_against_the_engines_samples(run):
+    policy, answer, endpoint, rollouts = run
+    assert len(rollouts) == TASKS * 8
+    assert [r.error for r in rollouts] == [None] * len(rollouts)
+    calls = {c.session: c for c in endpoint.recorder.calls}
+    assert {r.trace_id for r in rollouts} == set(calls)  # one session per trace, each trace's calls its own
+    for r in rollouts:
+        call = calls[r.trace_id]
+        assert r.episode.prompt_ids == call.prompt_ids
+        assert r.episode.completion_ids == call.completion_ids and r.episode.logprobs == call.logprobs
+
+
+def test_the_reward_is_the_environments_own_verdict_on_what_was_sampled(run):
+    policy, answer, endpoint, rollouts = run
+    answers = sums_answers()
+    for r in rollouts:
+        reply = policy.tokenizer.decode(r.episode.completion_ids, skip_special_tokens=True).strip()
+        assert r.reward == float(reply == answers[r.task_index]), (reply, answers[r.task_index])
+        assert r.rewards == {"exact": (r.reward, 1.0)}
+    first = [r.reward for r in rollouts if r.task_index == 0]
+    assert 0 < sum(first) < len(first)  # the task the policy half knows: both outcomes sampled
+
+
+def test_the_update_trains_on_the_traces_toward_what_the_environment_rewards(run):
+    """One update (Adam's first step, small) on the traces makes the rewarded answer likelier; the same traces with
+    the rewards flipped make it less likely: the update follows verifiers' verdicts."""
+    import copy
+    from dataclasses import replace
+
+    policy, answer, endpoint, rollouts = run
+    batch = samples(rollouts)
+    assert len(batch) == len(rollouts)
+    context = next(r.episode.prompt_ids for r in rollouts if r.task_index == 0)
+    before = answer_logprob(policy, context, answer)
+    config = UpdateConfig(lr=5e-3, warmup_steps=0, minibatch_size=len(batch))
+    rewarded, flipped = copy.deepcopy(policy), copy.deepcopy(policy)
+    stats = rl_update(rewarded, batch, config)
+    rl_update(flipped, [replace(s, reward=1.0 - s.reward) for s in batch], config)
+    assert all(torch.isfinite(torch.tensor(list(stats.values()), dtype=torch.float64)))
+    assert answer_logprob(flipped, context, answer) < before - 0.01 < before + 0.01 < answer_logprob(rewarded, context, answer)
+
+
+def test_a_trace_whose_tokens_differ_from_the_sample_is_refused(run):
+    _, _, _, rollouts = run
+    import json
+
+    r = rollouts[0]
+    trace = {"nodes": [{"token_ids": list(r.episode.prompt_ids), "mask": [0] * len(r.episode.prompt_ids),
+                        "logprobs": []},
+                       {"parent": 0, "token_ids": list(r.episode.completion_ids), "mask": [1] * len(r.episode.completion_ids),
+                        "logprobs": list(r.episode.logprobs)}]}
+    assert token_mismatch(trace, r.episode) is None
+    forged = json.loads(json.dumps(trace))
+    forged["nodes"][1]["token_ids"][0] += 1
+    assert "differ" in token_mismatch(forged, r.episode)
+    shifted = json.loads(json.dumps(trace))
+    shifted["nodes"][1]["logprobs"][0] += 0.5
+    assert "log-probs differ" in token_mismatch(shifted, r.episode)
+
+
+def test_a_missing_verifiers_install_says_how_to_install_it(tmp_path):
+    policy = make_scripted_policy("1")
+    with Endpoint(TransformersEngine(policy), policy.tokenizer) as endpoint:
+        with pytest.raises(VerifiersRunError, match="install_verifiers.sh"):
+            run_verifiers(endpoint, VerifiersSettings("sums", venv=str(tmp_path / "none")), tmp_path, tmp_path / "out")
