@@ -139,3 +139,19 @@ def test_a_missing_verifiers_install_says_how_to_install_it(tmp_path):
     with Endpoint(TransformersEngine(policy), policy.tokenizer) as endpoint:
         with pytest.raises(VerifiersRunError, match="install_verifiers.sh"):
             run_verifiers(endpoint, VerifiersSettings("sums", venv=str(tmp_path / "none")), tmp_path, tmp_path / "out")
+
+
+def test_tasks_are_picked_by_their_position_in_the_taskset(tmp_path):
+    answers = sums_answers(n=8)
+    policy = half_right_policy(sums_answers()[0])
+    policy.tokenizer.save_pretrained(tmp_path / "tokenizer")
+    settings = VerifiersSettings("sums", venv=str(VENV), rollouts_per_task=1, max_tokens=2)
+    with Endpoint(TransformersEngine(policy), policy.tokenizer) as endpoint:
+        rollouts = run_verifiers(endpoint, settings, tmp_path / "tokenizer", tmp_path / "vf", task_indices=[5, 2])
+    assert sorted(r.task_index for r in rollouts) == [2, 5]
+    assert all(r.error is None for r in rollouts)
+    assert {r.task_index: r.episode.prompt_ids for r in rollouts}.keys() == {2, 5}
+    prompts = {r.task_index: policy.tokenizer.decode(r.episode.prompt_ids) for r in rollouts}
+    rng = random.Random(0)
+    operands = [(rng.randint(0, 9), rng.randint(0, 9)) for _ in answers]
+    assert all(f"{operands[i][0]}+{operands[i][1]}=" in prompts[i] for i in (2, 5))

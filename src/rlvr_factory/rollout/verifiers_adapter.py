@@ -25,7 +25,7 @@ import os
 import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from rlvr_factory.rollout.endpoint import Endpoint
 from rlvr_factory.rollout.episode import Episode
@@ -37,7 +37,7 @@ DEFAULT_VENV = ".venv-verifiers"
 class VerifiersSettings:
     env_id: str  # an installed verifiers taskset package (vf-eval's first argument), e.g. `sums`
     venv: str = DEFAULT_VENV  # where `vf-eval` is (scripts/install_verifiers.sh)
-    num_tasks: int = 8  # tasks from the start of the taskset (vf-eval -n)
+    num_tasks: int = 8  # the taskset's first tasks (vf-eval --select.limit), unless `run_verifiers` names them
     rollouts_per_task: int = 4  # the group size (vf-eval -r)
     max_concurrent: int = 32  # episodes in flight at once (vf-eval -c)
     max_tokens: int = 64  # token budget of one model turn
@@ -65,12 +65,15 @@ class VerifiersRunError(RuntimeError):
 
 
 def vf_eval_command(settings: VerifiersSettings, base_url: str, tokenizer_dir: str | Path, model: str,
-                    output_dir: str | Path) -> list[str]:
-    """The `vf-eval` command line: the training client against the endpoint, no upload, output in `output_dir`."""
+                    output_dir: str | Path, task_indices: Sequence[int] | None = None) -> list[str]:
+    """The `vf-eval` command line: the training client against the endpoint, no upload, output in `output_dir`;
+    the tasks at `task_indices` of the taskset's `load()` order, or its first `settings.num_tasks`."""
+    select = (["--select.include.idx", ",".join(str(int(i)) for i in task_indices)] if task_indices is not None
+              else ["--select.limit", str(settings.num_tasks)])
     return [
         str(Path(settings.venv) / "bin" / "vf-eval"), settings.env_id, "--model", model,
         "--num-rollouts", str(settings.rollouts_per_task), "--max-concurrent", str(settings.max_concurrent),
-        "--env.taskset.num-tasks", str(settings.num_tasks), "--no-push", "--rich", "None",
+        *select, "--no-push", "--rich", "None",
         "--output-dir", str(output_dir), "--run.dir", "run",
         "--client.type", "train", "--client.base-url", base_url + "/v1", "--client.api-key-var", "RLVR_ENDPOINT_KEY",
         "--client.renderer-model-name", str(tokenizer_dir),
@@ -81,10 +84,13 @@ def vf_eval_command(settings: VerifiersSettings, base_url: str, tokenizer_dir: s
 
 
 def run_verifiers(endpoint: Endpoint, settings: VerifiersSettings, tokenizer_dir: str | Path,
-                  output_dir: str | Path) -> list[VerifiersRollout]:
+                  output_dir: str | Path, task_indices: Sequence[int] | None = None) -> list[VerifiersRollout]:
     """Run the environment's tasks through `vf-eval` against `endpoint` (sampling on this thread); the rollouts.
 
-    `tokenizer_dir` holds the served policy's tokenizer (verifiers renders the chat with it)."""
+    `tokenizer_dir` holds the served policy's tokenizer (verifiers renders the chat with it); `task_indices`
+    picks tasks by their position in the taskset (default: its first `settings.num_tasks`)."""
+    if task_indices is not None and (not task_indices or any(int(i) < 0 for i in task_indices)):
+        raise ValueError(f"task_indices must be non-negative positions in the taskset, got {list(task_indices)}")
     settings = replace(settings, venv=str(Path(settings.venv).resolve()))  # vf-eval runs in `output_dir`
     tokenizer_dir, output_dir = Path(tokenizer_dir).resolve(), Path(output_dir).resolve()
     vf_eval = Path(settings.venv) / "bin" / "vf-eval"
@@ -92,7 +98,8 @@ def run_verifiers(endpoint: Endpoint, settings: VerifiersSettings, tokenizer_dir
         raise VerifiersRunError(f"no vf-eval at {vf_eval}; install verifiers with `bash scripts/install_verifiers.sh "
                                 f"{settings.venv}`")
     output_dir.mkdir(parents=True, exist_ok=True)
-    command = vf_eval_command(settings, endpoint.url, tokenizer_dir, endpoint.server.config.model_name, output_dir)
+    command = vf_eval_command(settings, endpoint.url, tokenizer_dir, endpoint.server.config.model_name, output_dir,
+                              task_indices)
     env = {**os.environ, "RLVR_ENDPOINT_KEY": "none", "DO_NOT_TRACK": "true",
            "PATH": f"{Path(settings.venv).resolve() / 'bin'}:{os.environ.get('PATH', '')}"}  # its uv first
     try:
