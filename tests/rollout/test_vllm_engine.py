@@ -213,18 +213,6 @@ def test_the_agent_loop_reports_the_cache_hit_rate(engine):
     assert stats["engine_cache_hit_rate"] > 0
 
 
-def test_a_weight_push_that_fails_stops_with_the_policy_version(engine):
-    wider = make_tiny_policy(hidden_size=2 * SERVED)  # shapes the running engine cannot take
-    wider.version = 4
-    with pytest.raises(WeightSyncError, match=r"policy version 4 \(after round 3's update\).*rollout.engine=transformers"):
-        engine.push_weights(wider)
-
-
-def test_a_model_vllm_cannot_serve_fails_at_start_up_naming_it_and_the_way_out():
-    with pytest.raises(EngineStartError, match=r"LlamaForCausalLM, head size 16.*Use rollout.engine=transformers"):
-        VllmEngine(make_tiny_policy(), VllmSettings())
-
-
 def test_the_openai_endpoint_serves_vllm_token_exactly(engine):
     """The endpoint over the vLLM engine (sampling on the engine's thread): what the client reads is what vLLM
     sampled, recorded with its log-probs, and greedy samples are the transformers engine's."""
@@ -246,3 +234,15 @@ def test_the_openai_endpoint_serves_vllm_token_exactly(engine):
         assert reply.choices[0].model_extra["token_ids"] == call.completion_ids == their.token_ids
         assert [t.logprob for t in reply.choices[0].logprobs.content] == pytest.approx(call.logprobs)
         assert call.logprobs == pytest.approx(their.logprobs, abs=1e-4)
+
+
+def test_a_weight_push_that_fails_stops_with_the_policy_version(engine):  # last of the tests on `engine`: it leaves it half-pushed
+    wider = make_tiny_policy(hidden_size=2 * SERVED)  # shapes the running engine cannot take
+    wider.version = 4
+    with pytest.raises(WeightSyncError, match=r"policy version 4 \(after round 3's update\).*rollout.engine=transformers"):
+        engine.push_weights(wider)
+
+
+def test_a_model_vllm_cannot_serve_fails_at_start_up_naming_it_and_the_way_out():
+    with pytest.raises(EngineStartError, match=r"LlamaForCausalLM, head size 16.*Use rollout.engine=transformers"):
+        VllmEngine(make_tiny_policy(), VllmSettings())
