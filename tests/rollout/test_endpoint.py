@@ -128,7 +128,10 @@ def test_malformed_bodies_and_token_ids_are_400s_and_the_server_keeps_serving(ra
 
     for body, says in [(b"{not json", "not JSON"), (b"[1, 2]", "JSON object"),
                        (b'{"token_ids": [1, 99999], "sampling_params": {"max_tokens": 2}}', "token ids must be"),
-                       (b'{"token_ids": [1, 2], "sampling_params": {"temperature": NaN}}', "temperature"),
+                       (b'{"token_ids": [1, 2], "sampling_params": {"temperature": NaN}}', "NaN"),
+                       (b'{"token_ids": [1, 2], "sampling_params": {"seed": 1' + b"0" * 400 + b'}}', "seed must be"),
+                       (b'{"token_ids": [1, 2], "sampling_params": {"max_tokens": 2.5}}', "an integer"),
+                       (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
                        (b'{"token_ids": []}', "non-empty")]:
         reply = post(body)
         assert reply.status_code == 400 and says in reply.json()["error"]["message"], (body, reply.text)

@@ -98,8 +98,9 @@ def test_the_reward_is_the_environments_own_verdict_on_what_was_sampled(run):
 
 
 def test_the_update_trains_on_the_traces_toward_what_the_environment_rewards(run):
-    """One update (Adam's first step, small) on the traces makes the rewarded answer likelier; the same traces with
-    the rewards flipped make it less likely: the update follows verifiers' verdicts."""
+    """One update (Adam's first step, small, on the output layer) on the traces makes the rewarded answer likelier;
+    the same traces with the rewards flipped make it less likely: the update follows verifiers' verdicts, however
+    the round's samples fell."""
     import copy
     from dataclasses import replace
 
@@ -110,6 +111,9 @@ def test_the_update_trains_on_the_traces_toward_what_the_environment_rewards(run
     before = answer_logprob(policy, context, answer)
     config = UpdateConfig(lr=5e-3, warmup_steps=0, minibatch_size=len(batch))
     rewarded, flipped = copy.deepcopy(policy), copy.deepcopy(policy)
+    for copied in (rewarded, flipped):  # the output layer alone: Adam's first step moves every trained weight by
+        for name, weight in copied.model.named_parameters():  # about lr whatever its gradient, and the zeroed
+            weight.requires_grad_(name.startswith("lm_head"))  # blocks would then stir the bigram table at random
     stats = rl_update(rewarded, batch, config)
     rl_update(flipped, [replace(s, reward=1.0 - s.reward) for s in batch], config)
     assert all(torch.isfinite(torch.tensor(list(stats.values()), dtype=torch.float64)))
@@ -155,3 +159,20 @@ def test_tasks_are_picked_by_their_position_in_the_taskset(tmp_path):
     rng = random.Random(0)
     operands = [(rng.randint(0, 9), rng.randint(0, 9)) for _ in answers]
     assert all(f"{operands[i][0]}+{operands[i][1]}=" in prompts[i] for i in (2, 5))
+
+
+def test_unreadable_or_non_finite_traces_are_error_rollouts_and_the_others_are_kept(run):
+    """What vf-eval writes is third-party output: a trace whose fields are missing, of the wrong type or not finite
+    is an error rollout naming why, never a crash and never trained on."""
+    from rlvr_factory.rollout.verifiers_adapter import _rollout
+
+    _, _, endpoint, rollouts = run
+    decode = endpoint.server.decode
+    good = {"id": rollouts[0].trace_id, "ok": True, "errors": [], "task": {"data": {"idx": rollouts[0].task_index}},
+            "rewards": {"exact": {"score": 1.0, "weight": 1.0}}, "nodes": []}
+    for broken, says in [({**good, "task": None}, "cannot be read"), ({**good, "rewards": {"exact": {"score": "x"}}},
+                         "cannot be read"), ({**good, "rewards": {"exact": {"score": 10 ** 400}}}, "cannot be read"),
+                         ({**good, "rewards": {"exact": {"score": float("nan")}}}, "not finite"), ([1, 2], "cannot be read")]:
+        rollout = _rollout(broken, endpoint, decode)
+        assert rollout.error is not None and says in rollout.error and rollout.episode is None, broken
+        assert samples([rollout]) == []

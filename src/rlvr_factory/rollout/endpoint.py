@@ -57,6 +57,7 @@ from fastapi import FastAPI
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from rlvr_factory.json_lines import LineError, parse_line
 from rlvr_factory.rollout.engine import Engine, Generation, Request, SamplingConfig
 from rlvr_factory.rollout.episode import Episode, Turn
 
@@ -275,9 +276,10 @@ def _number(body: dict, name: str, default: float, low: float, high: float, inte
     value = body.get(name)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not float(value).is_integer()):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and isinstance(value, float)
+                                                                          and not value.is_integer()):
         raise BadRequest(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}", name)
-    if not math.isfinite(value) or not low <= value <= high:
+    if isinstance(value, float) and not math.isfinite(value) or not low <= value <= high:  # an int is compared exactly
         raise BadRequest(f"{name} must be between {low} and {high}, got {value!r}", name)
     return int(value) if integer else float(value)
 
@@ -292,7 +294,6 @@ class Server:
         self.batcher = Batcher(engine, self.config)
         self.version = version or (lambda: getattr(getattr(engine, "policy", None), "version", None))
         self.max_len = self.config.max_model_len or _model_len(engine)
-        self.eos = tokenizer.eos_token_id
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -429,10 +430,10 @@ def build_app(server: Server):
         return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}}, status)
 
     async def body_of(request: HTTPRequest) -> dict:
-        try:
-            body = json.loads(await request.body())
-        except ValueError as e:
-            raise BadRequest(f"the body is not JSON: {e}") from None
+        try:  # bounded: no NaN or Infinity, no integer of 1000+ digits, no nesting past the recursion limit
+            body = parse_line(await request.body(), 1)
+        except LineError as e:
+            raise BadRequest(f"the body is refused: {e}") from None
         if not isinstance(body, dict):
             raise BadRequest("the body must be a JSON object")
         return body

@@ -114,18 +114,25 @@ def run_verifiers(endpoint: Endpoint, settings: VerifiersSettings, tokenizer_dir
                                 f"ends:\n{log}")
     decode = endpoint.server.decode
     rollouts = []
-    for line in traces.read_text().splitlines():
-        row = json.loads(line)
-        for trace in row.get("traces") or []:
-            rollouts.append(_rollout(row, trace, endpoint, decode))
+    for number, line in enumerate(traces.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        try:  # NaN is read, so that its trace alone becomes an error rollout
+            row = json.loads(line)
+        except (ValueError, RecursionError) as e:
+            raise VerifiersRunError(f"{traces}, line {number}, is not JSON ({type(e).__name__})") from None
+        for trace in (row.get("traces") if isinstance(row, dict) else None) or []:
+            rollouts.append(_rollout(trace, endpoint, decode))
     return rollouts
 
 
-def _rollout(row: dict, trace: dict, endpoint: Endpoint, decode) -> VerifiersRollout:
-    trace_id = str(trace.get("id"))
-    index = int(((trace.get("task") or {}).get("data") or {}).get("idx", -1))
-    rewards = {name: (float(r["score"]), float(r.get("weight", 1.0)))
-               for name, r in (trace.get("rewards") or {}).items() if r is not None}
+def _rollout(trace: Any, endpoint: Endpoint, decode) -> VerifiersRollout:
+    try:
+        trace_id = str(trace["id"])
+        index = int(trace["task"]["data"]["idx"])
+        rewards = {str(name): (float(r["score"]), float(r.get("weight", 1.0)))
+                   for name, r in (trace.get("rewards") or {}).items() if r is not None}
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
+        return VerifiersRollout(str(trace.get("id") if isinstance(trace, dict) else None), -1, 0.0,
+                                error=f"the trace cannot be read ({type(e).__name__}: {e})")
     reward = sum(score * weight for score, weight in rewards.values())
     rollout = VerifiersRollout(trace_id, index, reward, rewards)
     if not trace.get("ok", False) or trace.get("errors"):
@@ -171,12 +178,6 @@ def token_mismatch(trace: dict, episode: Episode, tolerance: float = 5e-4 + 1e-9
     if len(logprobs) != len(ours_logprobs) or any(abs(a - b) > tolerance for a, b in zip(logprobs, ours_logprobs)):
         return "verifiers' log-probs differ from the engine's"
     return None
-
-
-def rollout_table(rollouts: list[VerifiersRollout]) -> list[dict[str, Any]]:
-    """One row per rollout for reports: trace, task, reward, sampled tokens, error."""
-    return [{"trace": r.trace_id, "task": r.task_index, "reward": r.reward,
-             "policy_tokens": r.episode.policy_tokens if r.episode else 0, "error": r.error} for r in rollouts]
 
 
 def samples(rollouts: list[VerifiersRollout], domain: str = "verifiers") -> list:
