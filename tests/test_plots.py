@@ -99,3 +99,14 @@ def test_single_turn_runs_keep_four_panels_even_when_the_rounds_report_episode_s
     curves = round_curves(history, 0.15)
     assert not [c for c in curves if "turns" in c or "tool" in c]
     assert len([a for a in plot_round_curves(curves).axes if a.get_title(loc="left")]) == 4
+
+
+def test_a_non_finite_statistic_is_drawn_without_its_points_not_a_crash():
+    """An update step whose KL overflowed (a policy that moved far in one step) must not fail the run's report."""
+    history = [{**r, "policy_drift_kl": float("inf") if r["round"] == 1 else float("nan") if r["round"] == 2
+                else r["policy_drift_kl"]} for r in HISTORY]
+    figure = plot_round_curves(round_curves(history, 0.1))
+    twin = next(a for a in figure.axes if any(line.get_label() == "KL of the update step (right)" for line in a.get_lines()))
+    bottom, top = twin.get_ylim()
+    assert bottom == 0.0 and 0.004 < top < 1.0  # the finite points' range (the floor 1e-3, the largest 0.004)
+    assert _png(figure)[:8] == b"\x89PNG\r\n\x1a\n"

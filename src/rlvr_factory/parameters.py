@@ -85,7 +85,7 @@ class CurateConfig(Block):
 @dataclass(frozen=True)
 class SFTBlockConfig(Block):
     seed: int = 0  # which demonstrations answer directly
-    num_examples: PositiveInt = 500  # demonstrations taken from the train split
+    num_examples: NonNegativeInt = 500  # demonstrations taken from the train split; 0: no SFT, the policy starts as the base model (a domain without demonstrations, e.g. verifiers)
     direct_answer_fraction: Fraction = 0.6  # share of demonstrations giving the answer alone instead of the worked solution
     tool_demonstration_fraction: Fraction = 0.0  # share showing a tool-using episode (the domain's tool_demonstration)
     action_loss: Literal["all", "last"] = "all"  # multi-turn demonstrations: loss on every action, or on the last alone (earlier ones, e.g. a deliberately wrong first edit, are context like observations)

@@ -5,6 +5,7 @@ Rendered without a display; knows nothing about Kedro."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -70,8 +71,16 @@ def _legend(*axes: Axes) -> None:
 
 
 def _headroom(axes: Axes, top: float, bottom: float = 0.0) -> None:
-    """Y limits from `bottom` with a third of the range free above the data, for the legend."""
+    """Y limits from `bottom` with a third of the range free above the data, for the legend (a non-finite `top`,
+    e.g. a step KL that overflowed, leaves the unit range: matplotlib draws no non-finite point)."""
+    top = top if math.isfinite(top) else bottom + 1.0
     axes.set_ylim(bottom, bottom + max(top - bottom, 1e-6) * 1.45)
+
+
+def _finite_max(values: pd.Series) -> float:
+    """The largest finite value (NaN when there is none)."""
+    finite = values[np.isfinite(values.to_numpy(dtype=float))]
+    return float(finite.max()) if len(finite) else math.nan
 
 
 def _reward_panel(axes: Axes, curves: pd.DataFrame) -> None:
@@ -113,7 +122,7 @@ def _twin_panel(axes: Axes, curves: pd.DataFrame, lines: tuple[Sequence[Line], S
         present = [line for line in side if line[0] in curves]
         for column, fmt, color, label in present:
             target.plot(curves["round"], curves[column], fmt, color=COLORS[color], label=label)
-        _headroom(target, max([right_floor if target is twin else 0.0, *(float(curves[c].max()) for c, *_ in present)]))
+        _headroom(target, np.nanmax([right_floor if target is twin else 0.0, *(_finite_max(curves[c]) for c, *_ in present)]))
     if right_percent:
         twin.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
     twin.set_ylabel(ylabels[1])

@@ -5,9 +5,7 @@ RLVR_REQUIRE_VERIFIERS is set (CI sets it), where it fails."""
 
 from __future__ import annotations
 
-import os
 import random
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,36 +18,10 @@ from rlvr_factory.rollout.verifiers_adapter import (
 )
 from rlvr_factory.training.grpo import UpdateConfig, rl_update
 from tests.conftest import make_scripted_policy
+from tests.verifiers_env import half_right_policy, sums_answers, verifiers_venv
 
-VENV = Path(os.environ.get("RLVR_VERIFIERS_VENV", Path(__file__).parents[2] / ".venv-verifiers"))
-if not (VENV / "bin" / "vf-eval").exists():
-    if os.environ.get("RLVR_REQUIRE_VERIFIERS"):
-        raise RuntimeError(f"RLVR_REQUIRE_VERIFIERS is set but {VENV} has no vf-eval (scripts/install_verifiers.sh)")
-    pytest.skip(f"verifiers is not installed in {VENV} (bash scripts/install_verifiers.sh)", allow_module_level=True)
-
+VENV = verifiers_venv()
 TASKS = 4
-
-
-def sums_answers(seed: int = 0, n: int = TASKS) -> list[str]:
-    """The answers of the example taskset's first tasks (its own generator: a seeded `random.Random`)."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        a, b = rng.randint(0, 9), rng.randint(0, 9)
-        out.append(str(a + b))
-    return out
-
-
-def half_right_policy(answer: str):
-    """A tiny Llama that, after the generation prompt, writes `answer` then EOS about half the time (the first
-    token's logit lowered to 5.5 against 259 others at 0), and garbage otherwise. (The final RMS norm scales
-    the one-hot residual by sqrt(hidden size), so the weight is 5.5 over that.)"""
-    policy = make_scripted_policy(answer)
-    first = policy.tokenizer(answer)["input_ids"][0]
-    with torch.no_grad():
-        row = policy.model.lm_head.weight[first]
-        row[row == 100.0] = 5.5 / policy.model.config.hidden_size ** 0.5
-    return policy
 
 
 def answer_logprob(policy, context: list[int], answer: str) -> float:

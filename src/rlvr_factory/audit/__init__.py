@@ -18,7 +18,9 @@ above 0 (for `prose`, when it is above 0 and below 1: credit for length). In a g
 guess that happens to be right wins GuessTheNumber) a move may win by chance: such a group fails only when one
 attack wins on more than half its tasks (and at least two), a universal move. A code attack that left its canary
 file on this host means something evaluated model output outside the sandbox. A group fails when anything
-was paid or a canary appeared; the curate stage quarantines a failing group's tasks (`curate.audit`).
+was paid or a canary appeared; the curate stage quarantines a failing group's tasks (`curate.audit`). A domain
+whose reward cannot be attacked from here (`not_audited`, a reason: a `verifiers` environment judges its own
+traces, inside `vf-eval`) is listed as not audited, never as ok.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class GroupResult:
     canary: bool = False  # a code attack wrote its canary on the host
     chance: bool = False  # a move may win by chance (a game): only an attack that wins most tasks fails the group
     won: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # attack name -> tasks it was paid on
+    not_audited: str = ""  # why the group's reward could not be attacked (then no attack was tried)
 
     @property
     def failed(self) -> bool:
@@ -92,7 +95,8 @@ class GroupResult:
     def as_json(self) -> dict[str, Any]:
         return {"group": self.group, "tasks": self.tasks, "failed": self.failed, "canary": self.canary,
                 "tried": dict(self.tried), "paid": {k: v for k, v in self.paid.items() if v},
-                "statuses": dict(self.statuses), "examples": self.examples, "why": self.why() if self.failed else ""}
+                "statuses": dict(self.statuses), "examples": self.examples, "why": self.why() if self.failed else "",
+                **({"not_audited": self.not_audited} if self.not_audited else {})}
 
 
 @dataclass
@@ -121,7 +125,7 @@ class AuditReport:
         lines = [f"{'group':28} {'tasks':>5} {'attacks':>7} {'paid':>5}  verdict"]
         for name, g in sorted(self.groups.items()):
             paid = sum(g.paid.values())
-            verdict = "FAIL: " + g.why() if g.failed else "ok"
+            verdict = "FAIL: " + g.why() if g.failed else f"not audited: {g.not_audited}" if g.not_audited else "ok"
             lines.append(f"{name[:28]:28} {g.tasks:5d} {sum(g.tried.values()):7d} {paid:5d}  {verdict}")
         lines.append(f"{len(self.failing)} of {len(self.groups)} groups pay an attack; "
                      f"{sum(sum(g.tried.values()) for g in self.groups.values())} attacks in {self.seconds:.0f} s")
@@ -198,6 +202,12 @@ def audit(domain: Domain, tasks: Sequence[Task], verify: VerifyConfig, config: A
     chosen = sample(domain, tasks, config.tasks_per_group)
     chance = getattr(domain, "chance_wins", None) is not None
     results = {name: GroupResult(name, tasks=len(group), chance=chance) for name, group in chosen.items()}
+    exempt = getattr(domain, "not_audited", None)
+    if exempt:
+        log.warning("reward audit: domain %s is not audited: %s", domain.name, exempt)
+        for result in results.values():
+            result.not_audited = exempt
+        return AuditReport(results, config.tasks_per_group, time.monotonic() - started)
     scratch = Path(tempfile.mkdtemp(prefix="rlvr-audit-"))
     canaries = {name: scratch / f"canary-{i}" for i, name in enumerate(chosen)}
     shaped = getattr(domain, "shaped_reward", None) is not None

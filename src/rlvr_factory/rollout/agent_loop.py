@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 from rlvr_factory.domains.base import Domain, Environment, Step, Task, environment_for, member
+from rlvr_factory.domains.verifiers import VerifiersDomain
 from rlvr_factory.models.policy import Policy, max_positions
 from rlvr_factory.rollout.chat import NON_APPEND_ONLY, ChatFormat, Message
 from rlvr_factory.rollout.engine import Engine, EngineStats, Request, SamplingConfig
@@ -269,8 +270,13 @@ def sample_episodes(
     policy: Policy, domain: Domain, tasks: Sequence[Task], samples: int, config: RolloutConfig,
     sampling: SamplingConfig, desc: str = "rollout",
 ) -> tuple[list[Episode], dict[str, float]]:
-    """`run_episodes` with `rollout.engine` on `policy`, in the domain's environments."""
+    """`run_episodes` with `rollout.engine` on `policy`, in the domain's environments; a `verifiers` environment
+    drives the engine itself, through `vf-eval` against the policy's endpoint (`verifiers_episodes`)."""
     engine = make_engine(policy, config, desc)
+    if isinstance(domain, VerifiersDomain):
+        from rlvr_factory.rollout.verifiers_adapter import verifiers_episodes  # the endpoint's web stack, when used
+
+        return verifiers_episodes(engine, policy.tokenizer, domain, tasks, samples, sampling)
     return run_episodes(engine, chat_format(policy.tokenizer, config), tasks, samples, environments_of(domain),
                         config, sampling, positions=max_positions(policy.model.config))
 

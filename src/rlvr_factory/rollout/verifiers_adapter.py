@@ -20,17 +20,25 @@ the episode trains with the engine's own.)
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import subprocess
+import tempfile
+import time
+from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from rlvr_factory.rollout.endpoint import Endpoint
+from rlvr_factory.domains.base import Task
+from rlvr_factory.domains.verifiers import DEFAULT_VENV, VerifiersDomain
+from rlvr_factory.rollout.endpoint import Endpoint, EndpointConfig
+from rlvr_factory.rollout.engine import Engine, SamplingConfig
 from rlvr_factory.rollout.episode import Episode
+from rlvr_factory.verifiers.score import Score
 
-DEFAULT_VENV = ".venv-verifiers"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -190,3 +198,65 @@ def samples(rollouts: list[VerifiersRollout], domain: str = "verifiers") -> list
                    truncated=r.episode.finish_reason == "length", loss_mask=r.episode.loss_mask,
                    sampling_logprobs=r.episode.logprobs, episode=r.trace_id)
             for r in rollouts if r.episode is not None and r.error is None]
+
+
+def verifiers_episodes(engine: Engine, tokenizer: Any, domain: VerifiersDomain, tasks: Sequence[Task], samples: int,
+                       sampling: SamplingConfig) -> tuple[list[Episode], dict[str, float]]:
+    """`samples` episodes of each task (task-major order, as the agent loop returns them), sampled from `engine`
+    by the domain's environment through `vf-eval` against an endpoint served for this call, and the stats.
+
+    Each episode is its trace's token-exact record with the environment's reward as its verdict (correct when it
+    reaches `domain.success_reward`). A trace that failed or disagrees with the engine's samples is an `error`
+    episode with the reason; a task left without a trace, or a `vf-eval` run that failed, gives `infra_error`
+    episodes (never a wrong answer). A missing install raises `VerifiersRunError`, saying how to install it."""
+    start = time.perf_counter()
+    settings = VerifiersSettings(domain.env_id, venv=domain.venv, num_tasks=len(tasks), rollouts_per_task=samples,
+                                 max_concurrent=domain.max_concurrent, max_tokens=sampling.max_new_tokens,
+                                 temperature=sampling.temperature, timeout_s=domain.timeout_seconds,
+                                 env_args=domain.env_args)
+    if not (Path(settings.venv) / "bin" / "vf-eval").exists():
+        raise VerifiersRunError(f"domain verifiers: no vf-eval in {settings.venv}; install verifiers and the "
+                                f"environment with `bash scripts/install_verifiers.sh {settings.venv}`")
+    positions = [domain.position(t) for t in tasks]
+    endpoint = Endpoint(engine, tokenizer, EndpointConfig(model_name=domain.env_id, max_batch=max(64, sampling.batch_size)))
+    by_position: dict[int, list[VerifiersRollout]] = defaultdict(list)
+    failure = None
+    with tempfile.TemporaryDirectory(prefix="rlvr-verifiers-") as scratch, endpoint:
+        tokenizer.save_pretrained(Path(scratch) / "tokenizer")
+        try:
+            for rollout in run_verifiers(endpoint, settings, Path(scratch) / "tokenizer", Path(scratch) / "out",
+                                         sorted(set(positions))):
+                by_position[rollout.task_index].append(rollout)
+        except VerifiersRunError as e:
+            failure = str(e)
+            log.warning("domain verifiers: %s", failure)
+    episodes = [_episode(k, s, by_position[position], domain.success_reward, failure, position)
+                for k, position in enumerate(positions) for s in range(samples)]
+    new_tokens = sum(e.policy_tokens for e in episodes)
+    seconds = time.perf_counter() - start
+    return episodes, {"rollout_seconds": seconds, "engine_new_tokens": float(new_tokens),
+                      "tokens_per_second": new_tokens / max(seconds, 1e-9), "env_steps": float(len(endpoint.recorder.calls)),
+                      "verifiers_errors": float(sum(e.error is not None for e in episodes))}
+
+
+def _episode(task_index: int, sample: int, rollouts: list[VerifiersRollout], success_reward: float,
+             failure: str | None, position: int) -> Episode:
+    """Sample `sample` of a task from its rollouts: the trace's episode with its verdict, or a failed episode."""
+    if sample >= len(rollouts):
+        message = failure or f"vf-eval returned {len(rollouts)} traces for taskset position {position}, not {sample + 1}"
+        return _failed(task_index, sample, "infra_error", message)
+    rollout = rollouts[sample]
+    if rollout.episode is None or rollout.error is not None:
+        return _failed(task_index, sample, "error", rollout.error or "the trace has no episode")
+    episode = replace(rollout.episode, task_index=task_index, sample_index=sample)
+    truncated = episode.finish_reason == "length"
+    episode.finish_reason = "length" if truncated else "done"
+    episode.out_of_budget = truncated
+    episode.score = Score(rollout.reward, rollout.reward >= success_reward,
+                          breakdown={name: score for name, (score, _) in sorted(rollout.rewards.items())})
+    return episode
+
+
+def _failed(task_index: int, sample: int, status: str, message: str) -> Episode:
+    return Episode(task_index, sample, [], finish_reason=status, score=Score(0.0, False, status=status, message=message),
+                   error=message)

@@ -5,8 +5,11 @@ ecosystem is: RLVR Factory runs it unchanged through `vf-eval` and its OpenAI-co
 """
 
 import random
+import re
 
 import verifiers.v1 as vf
+
+BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
 
 class SumsData(vf.TaskData):
@@ -16,8 +19,11 @@ class SumsData(vf.TaskData):
 class SumsTask(vf.Task[SumsData]):
     @vf.reward(weight=1.0)
     async def exact(self, trace: vf.Trace) -> float:
-        """1 when the last reply is the sum and nothing else (surrounding whitespace aside)."""
-        return float(trace.last_reply.strip() == self.data.answer)
+        """1 when the last reply states the sum and nothing else: the reply itself, or the one `\\boxed{...}` in it
+        (surrounding whitespace aside). A reply with two boxed answers is not read as either."""
+        boxed = BOXED.findall(trace.last_reply)
+        stated = boxed[0] if len(boxed) == 1 else trace.last_reply
+        return float(stated.strip() == self.data.answer)
 
 
 class SumsConfig(vf.TasksetConfig):
@@ -27,6 +33,8 @@ class SumsConfig(vf.TasksetConfig):
     """Seed of the operands."""
     digits: int = 1
     """Digits per operand."""
+    template: str = "{a}+{b}="
+    """The prompt, with the operands as {a} and {b}."""
 
 
 class SumsTaskset(vf.Taskset[SumsTask, SumsConfig]):
@@ -36,5 +44,5 @@ class SumsTaskset(vf.Taskset[SumsTask, SumsConfig]):
         tasks = []
         for _ in range(self.config.num_tasks):
             a, b = rng.randint(0, top), rng.randint(0, top)
-            tasks.append(SumsTask(SumsData(prompt=f"{a}+{b}=", answer=str(a + b)), self.config.task))
+            tasks.append(SumsTask(SumsData(prompt=self.config.template.format(a=a, b=b), answer=str(a + b)), self.config.task))
         return tasks

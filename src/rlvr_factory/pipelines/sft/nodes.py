@@ -44,10 +44,13 @@ def supervised_fine_tune(
 ) -> tuple[Policy, dict]:
     """Fine-tune the base model on the demonstrations (multi-turn ones rendered as the agent loop renders
     episodes, `rollout.multi_turn.observation_role`), under `model.chat_template` when set (the SFT policy
-    keeps it; `sft.action_loss`: which of their actions carry the loss); returns the policy and its loss curve."""
+    keeps it; `sft.action_loss`: which of their actions carry the loss); returns the policy and its loss curve.
+    With `sft.num_examples: 0` the policy is the base model unchanged, with no loss curve."""
     seed_everything(sft.train.seed)
     policy = load_policy(base_model_ref["name_or_path"], device=model.device, dtype=model.dtype,
                          chat_template=model.chat_template)
+    if sft.num_examples == 0:
+        return policy, {}
     demonstrations = [json.loads(t) for t in sft_examples["turns"]]
     examples = encode_demonstrations(policy.tokenizer, list(sft_examples["prompt"]), demonstrations,
                                      rollout.multi_turn.observation_role, sft.action_loss)
