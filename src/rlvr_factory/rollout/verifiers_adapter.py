@@ -50,6 +50,7 @@ class VerifiersSettings:
     max_concurrent: int = 32  # episodes in flight at once (vf-eval -c)
     max_tokens: int = 64  # token budget of one model turn
     temperature: float = 1.0
+    top_p: float = 1.0  # nucleus sampling mass
     harness: str = "null"  # verifiers' harness: `null` is its plain chat program
     runtime: str = "subprocess"  # verifiers' runtime for the harness (`subprocess`: local processes)
     timeout_s: float = 1800.0  # the whole vf-eval run
@@ -86,6 +87,7 @@ def vf_eval_command(settings: VerifiersSettings, base_url: str, tokenizer_dir: s
         "--client.type", "train", "--client.base-url", base_url + "/v1", "--client.api-key-var", "RLVR_ENDPOINT_KEY",
         "--client.renderer-model-name", str(tokenizer_dir),
         "--sampling.max-tokens", str(settings.max_tokens), "--sampling.temperature", str(settings.temperature),
+        "--sampling.top-p", str(settings.top_p),
         "--env.agent.harness.id", settings.harness, "--env.agent.runtime.type", settings.runtime,
         *settings.env_args,
     ]
@@ -212,8 +214,8 @@ def verifiers_episodes(engine: Engine, tokenizer: Any, domain: VerifiersDomain, 
     start = time.perf_counter()
     settings = VerifiersSettings(domain.env_id, venv=domain.venv, num_tasks=len(tasks), rollouts_per_task=samples,
                                  max_concurrent=domain.max_concurrent, max_tokens=sampling.max_new_tokens,
-                                 temperature=sampling.temperature, timeout_s=domain.timeout_seconds,
-                                 env_args=domain.env_args)
+                                 temperature=sampling.temperature, top_p=sampling.top_p,
+                                 timeout_s=domain.timeout_seconds, env_args=domain.env_args)
     if not (Path(settings.venv) / "bin" / "vf-eval").exists():
         raise VerifiersRunError(f"domain verifiers: no vf-eval in {settings.venv}; install verifiers and the "
                                 f"environment with `bash scripts/install_verifiers.sh {settings.venv}`")
