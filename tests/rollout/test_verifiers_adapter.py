@@ -148,3 +148,20 @@ def test_unreadable_or_non_finite_traces_are_error_rollouts_and_the_others_are_k
         rollout = _rollout(broken, endpoint, decode)
         assert rollout.error is not None and says in rollout.error and rollout.episode is None, broken
         assert samples([rollout]) == []
+
+
+def test_the_example_tasksets_reward_reads_one_stated_answer_and_no_hedge():
+    """The sums taskset's reading of a reply, run in the verifiers venv where it is installed: the reply itself
+    or its one boxed answer; two boxed answers (a hedge), an empty box, and a long or unbalanced reply pay nothing
+    for the sum, and the reading stays linear on a 100k-character reply."""
+    import json
+    import subprocess
+
+    replies = ["7", " 7 \n", "\\boxed{7}", "3+4=7\n\\boxed{7}", "\\boxed{7}\\boxed{8}", "\\boxed{8}\\boxed{7}",
+               "\\boxed{}", "7 or 8", "\\boxed{7", "\\boxed{{7}}", "\\boxed{" * 50_000 + "7"]
+    code = ("import json, sys; from sums.taskset import stated_answer; "
+            "print(json.dumps([stated_answer(r) == '7' for r in json.load(sys.stdin)]))")
+    done = subprocess.run([str(VENV / "bin" / "python"), "-c", code], input=json.dumps(replies), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == [True, True, True, True, False, False, False, False, False, False, False]

@@ -12,6 +12,13 @@ import verifiers.v1 as vf
 BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
 
+def stated_answer(reply: str) -> str:
+    """What a reply states: the one `\\boxed{...}` in it, else the reply itself (surrounding whitespace aside).
+    A reply with two boxed answers is not read as either."""
+    boxed = BOXED.findall(reply)
+    return (boxed[0] if len(boxed) == 1 else reply).strip()
+
+
 class SumsData(vf.TaskData):
     answer: str = ""
 
@@ -19,11 +26,8 @@ class SumsData(vf.TaskData):
 class SumsTask(vf.Task[SumsData]):
     @vf.reward(weight=1.0)
     async def exact(self, trace: vf.Trace) -> float:
-        """1 when the last reply states the sum and nothing else: the reply itself, or the one `\\boxed{...}` in it
-        (surrounding whitespace aside). A reply with two boxed answers is not read as either."""
-        boxed = BOXED.findall(trace.last_reply)
-        stated = boxed[0] if len(boxed) == 1 else trace.last_reply
-        return float(stated.strip() == self.data.answer)
+        """1 when the last reply states the sum (`stated_answer`)."""
+        return float(stated_answer(trace.last_reply) == self.data.answer)
 
 
 class SumsConfig(vf.TasksetConfig):
