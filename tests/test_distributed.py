@@ -13,6 +13,8 @@ import torch
 import torch.multiprocessing as mp
 
 from rlvr_factory import distributed
+from rlvr_factory.models.lora import LoraSettings, with_lora
+from rlvr_factory.models.policy import Policy, load_policy, save_policy
 from rlvr_factory.rollout.episode import Episode
 from rlvr_factory.training.grpo import Sample, UpdateConfig, rl_update
 from rlvr_factory.training.sft import SFTConfig, encode_chat_examples, supervised_train
@@ -22,9 +24,12 @@ WORLD = 2
 SFT = SFTConfig(steps=3, batch_size=5, lr=3e-3, warmup_steps=1, seed=1)
 # Two minibatches of uneven shares, micro-batches of 2 per rank, two epochs (so the old log-probs are
 # computed, sharded), a KL term in the loss and DAPO's token-mean: every normaliser spans the minibatch.
+# A third round in micro-batches of one row, where a group of equal rewards has no gradient: the ranks make
+# different numbers of passes (under fsdp the short rank pads them).
 RL = [
     UpdateConfig(lr=5e-3, minibatch_size=7, micro_batch_size=2, epochs=2, kl_coef=0.1, seed=3),
     UpdateConfig(lr=5e-3, minibatch_size=12, loss_aggregation="seq-mean-token-mean", seed=4),
+    UpdateConfig(lr=5e-3, minibatch_size=15, micro_batch_size=1, seed=5),
 ]
 
 
@@ -47,6 +52,8 @@ def _rl_samples(tokenizer) -> list[Sample]:
         for k in range(3):
             completion = tokenizer("ab"[k % 2] * (2 + k + g), add_special_tokens=False)["input_ids"]
             samples.append(Sample(f"t{g}", prompt, completion + [tokenizer.eos_token_id], float(k == g % 3) + 0.1 * g))
+    prompt = tokenizer("q4:", add_special_tokens=False)["input_ids"]
+    samples += [Sample("t4", prompt, tokenizer("c" * (k + 1), add_special_tokens=False)["input_ids"], 0.5) for k in range(3)]
     return samples
 
 
@@ -57,28 +64,44 @@ def train(out: Path) -> dict:
     sft_losses = supervised_train(policy, _sft_examples(policy.tokenizer), SFT)
     reference = copy.deepcopy(policy.model)
     stats = [rl_update(policy, _rl_samples(policy.tokenizer), config, reference) for config in RL]
+    if distributed.is_main():  # a checkpoint, as the RL loop writes one (rank 0), then every rank resumes from it
+        save_policy(policy, out / "checkpoint", with_optimizer=True)
+    distributed.barrier()
+    resumed = load_policy(out / "checkpoint", device="cpu", with_optimizer=True)
+    stats.append(rl_update(resumed, _rl_samples(policy.tokenizer), RL[1]))  # two steps: Adam's moments matter
+    torch.manual_seed(1)  # the adapters' initial weights
+    lora = Policy(with_lora(copy.deepcopy(policy.model), LoraSettings(enabled=True, r=4)), policy.tokenizer)
+    stats.append(rl_update(lora, _rl_samples(policy.tokenizer), RL[1]))  # and a round of LoRA on top
     result = {"sft_losses": sft_losses, "rl_stats": stats,
-              "weights": {k: v.clone() for k, v in policy.model.state_dict().items()}}
+              "weights": {k: v.clone() for k, v in policy.model.state_dict().items()}
+              | {f"lora/{k}": v.clone() for k, v in lora.model.state_dict().items() if "lora_" in k}
+              | {f"resumed/{k}": v.clone() for k, v in resumed.model.state_dict().items()}}
     result["rollout"] = distributed.shard_run(_record_run)([9, 4, 7, 1, 3], 11)
+    result["checkpoint"] = out / "checkpoint"
+    result["optimizer_keys"] = sorted(map(str, (policy.optimizer_state or {}).get("state", {})))[:2]
+    if distributed.sharded():
+        copy_ = distributed.shard_copy(policy.model)
+        result["local_fraction"] = sum(p.to_local().numel() for p in copy_.parameters()) / sum(
+            p.numel() for p in policy.model.parameters())
     torch.save(result, out / f"rank{distributed.rank()}.pt")
     return result
 
 
-def _rank_main(rank: int, port: int, out: Path) -> None:
+def _rank_main(rank: int, port: int, out: Path, strategy: str) -> None:
     os.environ.update(WORLD_SIZE=str(WORLD), RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    assert distributed.init(distributed.DistributedConfig(backend="gloo"))
+    assert distributed.init(distributed.DistributedConfig(backend="gloo", strategy=strategy))
     try:
         train(out)
     finally:
         torch.distributed.destroy_process_group()
 
 
-@pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory) -> list[dict]:
-    out = tmp_path_factory.mktemp("ddp")
-    mp.start_processes(_rank_main, args=(_free_port(), out), nprocs=WORLD, start_method="spawn")
+@pytest.fixture(scope="module", params=["ddp", "fsdp"])
+def two_ranks(tmp_path_factory, request) -> list[dict]:
+    out = tmp_path_factory.mktemp(request.param)
+    mp.start_processes(_rank_main, args=(_free_port(), out, request.param), nprocs=WORLD, start_method="spawn")
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
 
@@ -151,8 +174,10 @@ def test_rank_seeds_differ_per_rank_and_repeat(monkeypatch):
 def test_a_bad_configuration_names_the_key_and_the_allowed_values():
     with pytest.raises(ValueError, match="distributed.backend must be one of"):
         distributed.DistributedConfig(backend="mpi")
-    with pytest.raises(ValueError, match="FSDP is not supported"):
-        distributed.DistributedConfig(strategy="fsdp")
+    with pytest.raises(ValueError, match="distributed.strategy must be one of \\('ddp', 'fsdp'\\)"):
+        distributed.DistributedConfig(strategy="zero3")
+    with pytest.raises(ValueError, match="set distributed.strategy: fsdp too"):
+        distributed.DistributedConfig(cpu_offload=True)
 
 
 def test_a_world_without_a_rendezvous_says_how_to_launch(monkeypatch):
@@ -180,3 +205,38 @@ def test_sharded_rollouts_gather_every_group_in_order_with_per_rank_seeds(two_ra
         assert seeds[:6] == ["11"] * 6 and len(set(seeds[6:])) == 1 and seeds[6] != "11"  # rank 0: 3 prompts, rank 1: 2
         assert stats == {"engine_new_tokens": 10.0}
     assert [e.answer for e in two_ranks[0]["rollout"][0]] == [e.answer for e in two_ranks[1]["rollout"][0]]
+
+
+def test_under_fsdp_each_rank_holds_half_the_trained_weights_and_rank_0_the_whole_optimizer_state(two_ranks):
+    if "local_fraction" not in two_ranks[0]:  # ddp: every rank holds all of it
+        assert two_ranks[0]["optimizer_keys"] == two_ranks[1]["optimizer_keys"] != []
+        return
+    assert all(0.4 < r["local_fraction"] < 0.6 for r in two_ranks), [r["local_fraction"] for r in two_ranks]
+    assert two_ranks[0]["optimizer_keys"] and all(not k.isdigit() for k in two_ranks[0]["optimizer_keys"])  # by name
+    assert two_ranks[1]["optimizer_keys"] == []
+
+
+def test_a_checkpoint_resumes_under_the_other_strategy(two_ranks, one_process):
+    """The optimizer state of an fsdp checkpoint is keyed by parameter name, of a ddp or one-process one by
+    position: either resumes in one process to the same weights as the run that wrote it."""
+    resumed = load_policy(two_ranks[0]["checkpoint"], device="cpu", with_optimizer=True)
+    rl_update(resumed, _rl_samples(resumed.tokenizer), RL[1])
+    for name, value in resumed.model.state_dict().items():
+        torch.testing.assert_close(value, one_process["weights"][f"resumed/{name}"], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_optimizer_states_convert_between_names_and_positions():
+    policy = make_tiny_policy(seed=0)
+    optimizer = torch.optim.AdamW([{"params": list(policy.model.parameters())[::2]},
+                                   {"params": list(policy.model.parameters())[1::2]}])
+    policy.model(input_ids=torch.tensor([[1, 2, 3]]), labels=torch.tensor([[1, 2, 3]])).loss.backward()
+    optimizer.step()
+    names = distributed._parameter_names(policy.model, optimizer)
+    by_name = distributed.keyed_by(optimizer.state_dict(), names, by_name=True)
+    assert set(by_name["state"]) == set(names) and by_name["param_groups"][1]["params"][0] == list(
+        dict(policy.model.named_parameters()))[1]
+    back = distributed.keyed_by(by_name, names, by_name=False)
+    assert back["param_groups"] == optimizer.state_dict()["param_groups"]
+    assert all(torch.equal(back["state"][i]["exp_avg"], v["exp_avg"]) for i, v in optimizer.state_dict()["state"].items())
+    with pytest.raises(ValueError, match="the model trains 3"):
+        distributed.keyed_by(optimizer.state_dict(), names[:3], by_name=True)

@@ -14,13 +14,15 @@ a single-process run does exactly what it did before this module existed.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import random
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any, Callable, Literal, Sequence, TypeVar, get_args
+from typing import Any, Callable, Iterator, Literal, Sequence, TypeVar, get_args
 
 import torch
 import torch.distributed as dist
@@ -31,7 +33,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 U = TypeVar("U")
 Backend = Literal["auto", "gloo", "nccl"]
-Strategy = Literal["ddp"]
+Strategy = Literal["ddp", "fsdp"]
 BACKENDS = get_args(Backend)
 STRATEGIES = get_args(Strategy)
 
@@ -39,17 +41,22 @@ STRATEGIES = get_args(Strategy)
 @dataclass(frozen=True)
 class DistributedConfig:
     backend: Backend = "auto"  # auto: nccl when CUDA is available, else gloo | gloo | nccl
-    strategy: Strategy = "ddp"  # ddp: a full replica per rank, gradients summed across ranks once per optimizer step
+    strategy: Strategy = "ddp"  # ddp: a full replica per rank, gradients summed across ranks once per optimizer step | fsdp: the trained weights, their gradients and the optimizer state sharded across ranks (FSDP2)
+    cpu_offload: bool = False  # fsdp: the sharded weights, gradients and optimizer state live in CPU memory between uses
     timeout_minutes: float = 30.0  # how long a rank waits for the others at a collective before failing
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"distributed.backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.strategy not in STRATEGIES:
-            raise ValueError(f"distributed.strategy must be one of {STRATEGIES}, got {self.strategy!r} "
-                             "(FSDP is not supported yet: a model that fits one device trains with ddp)")
+            raise ValueError(f"distributed.strategy must be one of {STRATEGIES}, got {self.strategy!r}")
+        if self.cpu_offload and self.strategy != "fsdp":
+            raise ValueError("distributed.cpu_offload offloads FSDP's shards: set distributed.strategy: fsdp too")
         if self.timeout_minutes <= 0:
             raise ValueError(f"distributed.timeout_minutes must be positive, got {self.timeout_minutes}")
+
+
+_ACTIVE = DistributedConfig()  # the configuration `init` joined the group with
 
 
 def launched_world_size() -> int:
@@ -63,8 +70,10 @@ def init(config: DistributedConfig = DistributedConfig()) -> bool:
 
     A single process (no `WORLD_SIZE`, or 1) does nothing; a group already joined is kept.
     """
+    global _ACTIVE
     if launched_world_size() <= 1:
         return False
+    _ACTIVE = config
     if not dist.is_initialized():  # a launcher such as Ray Train may have joined the group already
         _init_process_group(config)
     log.info("data-parallel: rank %d of %d (%s, %s)", rank(), world_size(), dist.get_backend(), config.strategy)
@@ -155,7 +164,7 @@ def combine_stats(stats: dict[str, float], maxima: Sequence[str] = ()) -> dict[s
 def sum_gradients(model: torch.nn.Module) -> None:
     """Sum every trainable parameter's gradient across ranks, in one flat all-reduce (a missing
     gradient counts as zero), so each rank holds the global batch's gradient."""
-    if world_size() == 1:
+    if world_size() == 1 or sharded():  # FSDP reduces (sums) the gradients in the backward pass
         return
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
@@ -214,3 +223,139 @@ def shard_run(run: Run) -> Run:
         return gather(local), dict(totals)
 
     return sharded
+
+
+# FSDP2 (`strategy: fsdp`): the model a training loop steps is a copy sharded across the ranks; the policy keeps its
+# whole weights on every rank (what rollouts and evaluation read), released while the copy trains and gathered back
+# into place when it is done.
+
+
+def sharded() -> bool:
+    """Whether training shards the model across ranks: `strategy: fsdp` with more than one rank."""
+    return world_size() > 1 and _ACTIVE.strategy == "fsdp"
+
+
+def _fsdp_modules(model: torch.nn.Module) -> list:
+    from torch.distributed.fsdp import FSDPModule
+
+    return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+
+def shard_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of `model` sharded with FSDP2: each decoder layer (the classes in the model's `_no_split_modules`,
+    Hugging Face's name for them) is one unit and the root holds the rest. Weights stay in the model's dtype and
+    gradients are reduced in float32, summed rather than averaged (the losses are normalised by the global batch,
+    as under `ddp`)."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+    trained = copy.deepcopy(model)
+    first = next(trained.parameters())
+    offload = _ACTIVE.cpu_offload and first.device.type != "cpu"  # on a CPU the shards are in CPU memory already
+    options = {"mp_policy": MixedPrecisionPolicy(param_dtype=first.dtype, reduce_dtype=torch.float32),
+               "offload_policy": CPUOffloadPolicy() if offload else OffloadPolicy()}
+    layers = set(getattr(model, "_no_split_modules", None) or ())
+    for module in list(trained.modules()):
+        if module is not trained and type(module).__name__ in layers:
+            fully_shard(module, **options)
+    fully_shard(trained, **options)
+    for module in _fsdp_modules(trained):
+        module.set_gradient_divide_factor(1.0)
+        module.set_force_sum_reduction_for_comms(True)  # a plain sum: gloo has no pre-multiplied one
+    return trained
+
+
+@contextmanager
+def training_copy(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """The module a training loop steps: `model` itself, or under `strategy: fsdp` a sharded copy (`shard_copy`).
+    While the copy trains, `model`'s weights are released; when the loop ends they are the copy's, gathered whole
+    on every rank. A loop that fails leaves `model` without weights (the run is over)."""
+    if not sharded():
+        yield model
+        return
+    trained = shard_copy(model)
+    params = dict(model.named_parameters())
+    for p in params.values():
+        p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+    yield trained
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    whole = get_model_state_dict(trained, options=StateDictOptions(full_state_dict=True))
+    with torch.no_grad():
+        for name, p in params.items():
+            value = whole[name]
+            p.data = (value.full_tensor() if hasattr(value, "full_tensor") else value).to(p.device)
+
+
+def most_passes(n: int) -> int:
+    """The largest `n` over the ranks (`n` itself unless sharded): a sharded model's forward and backward passes
+    are collectives, so every rank makes as many as the busiest, the others with weight zero."""
+    if not sharded():
+        return n
+    most = torch.tensor([n])
+    dist.all_reduce(most, op=dist.ReduceOp.MAX)
+    return int(most)
+
+
+def empty_pass(model: torch.nn.Module, ids: torch.Tensor, backward: bool) -> None:
+    """A forward pass (and backward, with `backward`) on one token of `ids` that changes no gradient: a sharded
+    model's collectives on a rank that has no rows left."""
+    out = model(input_ids=ids[:1, :1]).logits
+    if backward:
+        (out.float().sum() * 0.0).backward()
+
+
+def reshard(model: torch.nn.Module) -> None:
+    """Put a sharded model's weights back to their shards (the root keeps its own whole after a forward pass), so
+    that `parameters()` are the shards the optimizer steps; nothing otherwise."""
+    if sharded():
+        for module in _fsdp_modules(model):
+            module.reshard()
+
+
+def load_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict | None) -> None:
+    """`state` (what `optimizer_state` returned, under any strategy) into `optimizer`; under `strategy: fsdp`, rank
+    0's whole state is sent to the other ranks and each keeps its shards."""
+    if state is None:
+        return
+    names = _parameter_names(model, optimizer)
+    if not sharded():
+        optimizer.load_state_dict(keyed_by(state, names, by_name=False))
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    set_optimizer_state_dict(model, optimizer, keyed_by(state, names, by_name=True),
+                             options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+
+
+def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """The optimizer's state to keep between rounds and write into checkpoints: its `state_dict()`, or under
+    `strategy: fsdp` the whole state gathered in CPU memory on rank 0 (keyed by parameter name; the other ranks
+    hold an empty dict and receive theirs from rank 0 on the next load)."""
+    if not sharded():
+        return optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    return get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def _parameter_names(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
+    """The name of each parameter the optimizer steps, in its order (the positions of a `state_dict()`)."""
+    names = {id(p): name for name, p in model.named_parameters()}
+    return [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+
+
+def keyed_by(state: dict, names: list[str], by_name: bool) -> dict:
+    """An optimizer state dict keyed by parameter name (FSDP's whole state) or by position (`state_dict()`), as
+    `by_name` asks, from either: a checkpoint written under one strategy resumes under the other."""
+    keys = [key for group in state.get("param_groups", []) for key in group["params"]]
+    if not keys or isinstance(keys[0], str) == by_name:
+        return state
+    if len(keys) != len(names):
+        raise ValueError(f"the optimizer state holds {len(keys)} parameters, the model trains {len(names)}: "
+                         "it was written for another model or another set of trained weights (LoRA or not)")
+    to = dict(enumerate(names)) if by_name else {name: at for at, name in enumerate(names)}
+    try:
+        return {"state": {to[key]: value for key, value in state["state"].items()},
+                "param_groups": [{**group, "params": [to[key] for key in group["params"]]} for group in state["param_groups"]]}
+    except KeyError as missing:
+        raise ValueError(f"the optimizer state names a parameter the model does not have: {missing}") from None

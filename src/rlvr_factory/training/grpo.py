@@ -300,13 +300,39 @@ def rl_update(
                    None if turn_returns is None else turn_returns.to(device),
                    None if fraction == 1.0 else kl_scale.to(device))
 
+    with distributed.training_copy(model) as trained:
+        totals, steps = _optimizer_steps(policy, trained, samples, config, ctx, active, truncated)
+    model.eval()
+    policy.version += 1
+    synced = dict(zip(STEP_KEYS, torch.stack([totals[k] for k in STEP_KEYS]).tolist()))  # the round's one device sync
+    mismatch_max = synced.pop("mismatch_max")
+    stats.update({k: v / steps for k, v in synced.items()})
+    if padded.sampling_logp is not None:
+        stats["engine_logprob_mismatch_abs_max"] = mismatch_max
+    else:
+        for key in MISMATCH_KEYS:
+            del stats[key]
+    stats["advantage_abs_mean"] = float(advantages.abs().mean())
+    stats["optimizer_steps"] = float(steps)
+    stats["masked_truncated"] = float(truncated.sum()) if config.mask_truncated else 0.0
+    stats["trained_sample_fraction"] = sum(active) / len(samples)
+    return stats
+
+
+STEP_KEYS = ("loss", "clip_fraction", "entropy", "kl", "policy_drift_kl", "grad_norm", *MISMATCH_KEYS, "mismatch_max")
+
+
+def _optimizer_steps(policy: Policy, model, samples: Sequence[Sample], config: UpdateConfig, ctx: "_Context",
+                     active: list[bool], truncated: torch.Tensor) -> tuple[dict[str, torch.Tensor], int]:
+    """The round's optimizer steps on `model` (the policy's, or its sharded copy): the per-key totals of the
+    steps' stats (float64 tensors) and the number of steps."""
+    padded, device = ctx.padded, ctx.advantages.device
     optimizer = make_optimizer(model, config.lr, config.weight_decay, (0.9, config.adam_beta2))
-    if policy.optimizer_state is not None:
-        optimizer.load_state_dict(policy.optimizer_state)
+    distributed.load_optimizer_state(model, optimizer, policy.optimizer_state)
     rng = random.Random(config.seed)
     first_state = next(iter(optimizer.state.values()), {})
     global_step = int(first_state.get("step", 0))
-    keys = ("loss", "clip_fraction", "entropy", "kl", "policy_drift_kl", "grad_norm", *MISMATCH_KEYS, "mismatch_max")
+    keys = STEP_KEYS
     zero = torch.zeros((), dtype=torch.float64, device=device)  # stats stay on the device, summed in float64
     totals = dict.fromkeys(keys, zero)
     steps = 0
@@ -327,36 +353,28 @@ def rl_update(
             # samples with a gradient go through forward + backward, the others through a forward
             # for the stats; each in micro-batches bounded in rows and padded tokens
             for train in (True, False):
-                for rows in padded.micro_batches([i for i in local if active[i] == train], _max_rows(config),
-                                                 config.micro_batch_tokens):
+                batches = padded.micro_batches([i for i in local if active[i] == train], _max_rows(config),
+                                               config.micro_batch_tokens)
+                for at in range(distributed.most_passes(len(batches))):  # as many on every rank of a sharded model
                     with torch.enable_grad() if train else torch.inference_mode():
-                        _micro_step(model, rows, train, step, ctx)
+                        if at < len(batches):
+                            _micro_step(model, batches[at], train, step, ctx)
+                        else:
+                            distributed.empty_pass(model, padded.ids, backward=train)
+            distributed.reshard(model)
             for p in model.parameters():  # a minibatch without gradient still steps Adam's moments
                 if p.requires_grad and p.grad is None:
                     p.grad = torch.zeros_like(p)
             distributed.sum_gradients(model)
             step = distributed.combine_stats(step, maxima=("mismatch_max",))
-            step["grad_norm"] = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm).double()
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            step["grad_norm"] = (norm.full_tensor() if hasattr(norm, "full_tensor") else norm).double()
             optimizer.step()
             for key in keys:
                 totals[key] = torch.maximum(totals[key], step[key]) if key == "mismatch_max" else totals[key] + step[key]
             steps += 1
-    model.eval()
-    policy.optimizer_state = optimizer.state_dict()
-    policy.version += 1
-    synced = dict(zip(keys, torch.stack([totals[k] for k in keys]).tolist()))  # the round's one device sync
-    mismatch_max = synced.pop("mismatch_max")
-    stats.update({k: v / steps for k, v in synced.items()})
-    if padded.sampling_logp is not None:
-        stats["engine_logprob_mismatch_abs_max"] = mismatch_max
-    else:
-        for key in MISMATCH_KEYS:
-            del stats[key]
-    stats["advantage_abs_mean"] = float(advantages.abs().mean())
-    stats["optimizer_steps"] = float(steps)
-    stats["masked_truncated"] = float(truncated.sum()) if config.mask_truncated else 0.0
-    stats["trained_sample_fraction"] = sum(active) / len(samples)
-    return stats
+    policy.optimizer_state = distributed.optimizer_state(model, optimizer)
+    return totals, steps
 
 
 @dataclass

@@ -120,15 +120,21 @@ def supervised_train(
     if config.batch_size < distributed.world_size():
         raise ValueError(f"batch_size {config.batch_size} is smaller than the {distributed.world_size()} data-parallel "
                          "ranks; every rank needs at least one sequence per step")
-    model = policy.model
-    distributed.broadcast_parameters(model)
+    distributed.broadcast_parameters(policy.model)
+    with distributed.training_copy(policy.model) as model:
+        losses = _train_steps(model, policy, examples, config, desc)
+    policy.model.eval()
+    return losses
+
+
+def _train_steps(model, policy: Policy, examples: Sequence, config: SFTConfig, desc: str) -> list[float]:
     model.train()
     optimizer = make_optimizer(model, config.lr, config.weight_decay)
     scheduler = lr_schedule(optimizer, config.schedule, config.warmup_steps, config.steps)
     rng = random.Random(config.seed)
     order: list[int] = []
     losses = []
-    pad_id = policy.tokenizer.pad_token_id
+    pad_id, device = policy.tokenizer.pad_token_id, policy.device
     bar = tqdm(range(config.steps), desc=desc, mininterval=2.0)
     started = time.monotonic()  # not the bar's clock: a disabled bar (TQDM_DISABLE) keeps none
     eta_step = max(1, config.steps // 20) if config.steps >= 100 else 0  # log an ETA after 5% of a long run
@@ -143,9 +149,9 @@ def supervised_train(
             [e[0] for e in batch], [e[1] for e in batch], pad_id, [e[2] if len(e) > 2 else None for e in batch]
         )
         ids, attention, target, global_norm = _local_share(ids, attention, target)
-        labels = ids.masked_fill(target == 0, -100).to(policy.device)
+        labels = ids.masked_fill(target == 0, -100).to(device)
         loss = model(
-            input_ids=ids.to(policy.device), attention_mask=attention.to(policy.device), labels=labels, **global_norm
+            input_ids=ids.to(device), attention_mask=attention.to(device), labels=labels, **global_norm
         ).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -161,7 +167,6 @@ def supervised_train(
             log.info("%s: %d/%d steps in %s, about %s to go", desc, step + 1, config.steps, duration(elapsed),
                      duration(elapsed * (config.steps - step - 1) / (step + 1)))
     log.info("%s: %d steps, final loss %.4f", desc, config.steps, losses[-1])
-    model.eval()
     return losses
 
 
