@@ -64,6 +64,8 @@ def train(out: Path) -> dict:
     sft_losses = supervised_train(policy, _sft_examples(policy.tokenizer), SFT)
     reference = copy.deepcopy(policy.model)
     stats = [rl_update(policy, _rl_samples(policy.tokenizer), config, reference) for config in RL]
+    between_rounds = policy.optimizer_state
+    policy.optimizer_state = distributed.whole_optimizer_state(policy.optimizer_state)  # as a checkpoint round does
     if distributed.is_main():  # a checkpoint, as the RL loop writes one (rank 0), then every rank resumes from it
         save_policy(policy, out / "checkpoint", with_optimizer=True)
     distributed.barrier()
@@ -77,8 +79,10 @@ def train(out: Path) -> dict:
               | {f"lora/{k}": v.clone() for k, v in lora.model.state_dict().items() if "lora_" in k}
               | {f"resumed/{k}": v.clone() for k, v in resumed.model.state_dict().items()}}
     result["rollout"] = distributed.shard_run(_record_run)([9, 4, 7, 1, 3], 11)
+    result["optimizer_keys"] = sorted(map(str, between_rounds["state"]))[:2]
+    result["optimizer_local"] = sum(v.to_local().numel() if hasattr(v, "to_local") else v.numel()
+                                    for values in between_rounds["state"].values() for v in values.values() if v.dim())
     result["checkpoint"] = out / "checkpoint"
-    result["optimizer_keys"] = sorted(map(str, (policy.optimizer_state or {}).get("state", {})))[:2]
     if distributed.sharded():
         copy_ = distributed.shard_copy(policy.model)
         result["local_fraction"] = sum(p.to_local().numel() for p in copy_.parameters()) / sum(
@@ -207,13 +211,16 @@ def test_sharded_rollouts_gather_every_group_in_order_with_per_rank_seeds(two_ra
     assert [e.answer for e in two_ranks[0]["rollout"][0]] == [e.answer for e in two_ranks[1]["rollout"][0]]
 
 
-def test_under_fsdp_each_rank_holds_half_the_trained_weights_and_rank_0_the_whole_optimizer_state(two_ranks):
+def test_under_fsdp_each_rank_holds_half_the_trained_weights_and_optimizer_state(two_ranks):
     if "local_fraction" not in two_ranks[0]:  # ddp: every rank holds all of it
         assert two_ranks[0]["optimizer_keys"] == two_ranks[1]["optimizer_keys"] != []
+        assert two_ranks[0]["optimizer_local"] == two_ranks[1]["optimizer_local"]
         return
     assert all(0.4 < r["local_fraction"] < 0.6 for r in two_ranks), [r["local_fraction"] for r in two_ranks]
-    assert two_ranks[0]["optimizer_keys"] and all(not k.isdigit() for k in two_ranks[0]["optimizer_keys"])  # by name
-    assert two_ranks[1]["optimizer_keys"] == []
+    assert all(not k.isdigit() for r in two_ranks for k in r["optimizer_keys"])  # by name
+    # AdamW's two moments of every trained weight, half of them on each rank between rounds
+    assert two_ranks[0]["optimizer_local"] + two_ranks[1]["optimizer_local"] == pytest.approx(
+        2 * sum(p.numel() for p in make_tiny_policy(seed=0).model.parameters()), abs=100)
 
 
 def test_a_checkpoint_resumes_under_the_other_strategy(two_ranks, one_process):

@@ -245,11 +245,16 @@ def shard_copy(model: torch.nn.Module) -> torch.nn.Module:
     """A copy of `model` sharded with FSDP2: each decoder layer (the classes in the model's `_no_split_modules`,
     Hugging Face's name for them) is one unit and the root holds the rest. Weights stay in the model's dtype and
     gradients are reduced in float32, summed rather than averaged (the losses are normalised by the global batch,
-    as under `ddp`)."""
+    as under `ddp`). The copy is made on the meta device and sharded there, then each rank fills its shards from
+    `model`'s weights: the weights are never held twice whole."""
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+    from torch.distributed.tensor import distribute_tensor
 
-    trained = copy.deepcopy(model)
-    first = next(trained.parameters())
+    params = dict(model.named_parameters())
+    first = next(iter(params.values()))
+    meta = {id(p): torch.nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
+            for p in params.values()}
+    trained = copy.deepcopy(model, meta)
     offload = _ACTIVE.cpu_offload and first.device.type != "cpu"  # on a CPU the shards are in CPU memory already
     options = {"mp_policy": MixedPrecisionPolicy(param_dtype=first.dtype, reduce_dtype=torch.float32),
                "offload_policy": CPUOffloadPolicy() if offload else OffloadPolicy()}
@@ -258,6 +263,13 @@ def shard_copy(model: torch.nn.Module) -> torch.nn.Module:
         if module is not trained and type(module).__name__ in layers:
             fully_shard(module, **options)
     fully_shard(trained, **options)
+    trained.to_empty(device=first.device)
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            trained.get_buffer(name).copy_(buffer)
+        for name, shard in trained.named_parameters():
+            mine = distribute_tensor(params[name].detach(), shard.device_mesh, shard.placements, src_data_rank=None)
+            shard.to_local().copy_(mine.to_local())
     for module in _fsdp_modules(trained):
         module.set_gradient_divide_factor(1.0)
         module.set_force_sum_reduction_for_comms(True)  # a plain sum: gloo has no pre-multiplied one
@@ -268,7 +280,7 @@ def shard_copy(model: torch.nn.Module) -> torch.nn.Module:
 def training_copy(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
     """The module a training loop steps: `model` itself, or under `strategy: fsdp` a sharded copy (`shard_copy`).
     While the copy trains, `model`'s weights are released; when the loop ends they are the copy's, gathered whole
-    on every rank. A loop that fails leaves `model` without weights (the run is over)."""
+    on every rank one weight at a time. A loop that fails leaves `model` without weights (the run is over)."""
     if not sharded():
         yield model
         return
@@ -277,13 +289,11 @@ def training_copy(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
     for p in params.values():
         p.data = torch.empty(0, dtype=p.dtype, device=p.device)
     yield trained
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    whole = get_model_state_dict(trained, options=StateDictOptions(full_state_dict=True))
+    reshard(trained)
     with torch.no_grad():
-        for name, p in params.items():
-            value = whole[name]
-            p.data = (value.full_tensor() if hasattr(value, "full_tensor") else value).to(p.device)
+        for name, shard in trained.named_parameters():
+            shard.grad = None
+            params[name].data = shard.full_tensor().to(params[name].device)
 
 
 def most_passes(n: int) -> int:
@@ -313,29 +323,43 @@ def reshard(model: torch.nn.Module) -> None:
 
 
 def load_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict | None) -> None:
-    """`state` (what `optimizer_state` returned, under any strategy) into `optimizer`; under `strategy: fsdp`, rank
-    0's whole state is sent to the other ranks and each keeps its shards."""
+    """`state` (what `optimizer_state` or `whole_optimizer_state` returned, under any strategy, or a checkpoint's)
+    into `optimizer`. Under `strategy: fsdp` each rank takes its shards of a whole state itself (no collective)."""
     if state is None:
         return
     names = _parameter_names(model, optimizer)
-    if not sharded():
-        optimizer.load_state_dict(keyed_by(state, names, by_name=False))
-        return
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+    state = keyed_by(state, names, by_name=False)
+    if sharded():
+        from torch.distributed.tensor import DTensor, distribute_tensor
 
-    set_optimizer_state_dict(model, optimizer, keyed_by(state, names, by_name=True),
-                             options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        state = {**state, "state": {
+            at: {key: distribute_tensor(value, params[at].device_mesh, params[at].placements, src_data_rank=None)
+                 if isinstance(params[at], DTensor) and torch.is_tensor(value) and not isinstance(value, DTensor)
+                 and value.shape == params[at].shape else value
+                 for key, value in values.items()}
+            for at, values in state["state"].items()}}
+    optimizer.load_state_dict(state)
 
 
 def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-    """The optimizer's state to keep between rounds and write into checkpoints: its `state_dict()`, or under
-    `strategy: fsdp` the whole state gathered in CPU memory on rank 0 (keyed by parameter name; the other ranks
-    hold an empty dict and receive theirs from rank 0 on the next load)."""
-    if not sharded():
-        return optimizer.state_dict()
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+    """The optimizer's state to keep between rounds: its `state_dict()`; under `strategy: fsdp` keyed by parameter
+    name, each rank holding its shards (`whole_optimizer_state` gathers it for a checkpoint)."""
+    state = optimizer.state_dict()
+    return keyed_by(state, _parameter_names(model, optimizer), by_name=True) if sharded() else state
 
-    return get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+def whole_optimizer_state(state: dict | None) -> dict | None:
+    """`state` with every sharded tensor gathered whole into CPU memory, one at a time (a collective: every rank
+    calls it, and gets the whole state): what a checkpoint holds. Nothing to do unless sharded."""
+    if not sharded() or state is None:
+        return state
+    from torch.distributed.tensor import DTensor
+
+    names = [name for group in state["param_groups"] for name in group["params"]]  # the same order on every rank
+    whole = {name: {key: value.full_tensor().cpu() if isinstance(value, DTensor) else value
+                    for key, value in state["state"][name].items()} for name in names if name in state["state"]}
+    return {"state": whole, "param_groups": state["param_groups"]}
 
 
 def _parameter_names(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:

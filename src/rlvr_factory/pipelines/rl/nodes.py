@@ -256,6 +256,8 @@ def update(
     # beside a rollout running ahead, on the cores it leaves; else on all (a rule of the round's wiring, not of timing)
     with sharing_cores(episodes.background_threads) as trainer_threads:
         stats = rl_update(policy, samples, config, reference.model if reference else None)
+    if rl.checkpoint_every and (round_index + 1) % rl.checkpoint_every == 0:  # this round's policy goes to disk
+        policy.optimizer_state = distributed.whole_optimizer_state(policy.optimizer_state)
     update_seconds = time.perf_counter() - start
     if rl.max_staleness > 0:
         # the next round's rollout may be sampling right now, on the engine: it syncs the weights it samples
