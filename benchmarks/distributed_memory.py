@@ -6,7 +6,8 @@ CPU ranks (gloo), and the per-GPU figure the same accounting projects for 7B and
 Each configuration runs in fresh processes (`torch.multiprocessing`, spawned with the variables torchrun sets): one
 process, then `--ranks` ranks under `ddp`, then under `fsdp`. Each builds a Llama of the size asked for (vocabulary
 32,000, tied embeddings, the same seed) and runs two RL updates (`rl_update`, the second one reloading the first one's
-optimizer state as a round does) on the same `--samples` samples of `--tokens` tokens, in micro-batches of 2.
+optimizer state as a round does) on the same `--samples` samples of `--tokens` tokens, in micro-batches of 2; then
+`ddp` and `fsdp` again with activation checkpointing (`rl.update.gradient_checkpointing`).
 
 **Memory** is the process's peak resident set (VmHWM, reset after the imports) less its resident set then: the
 weights, gradients, optimizer state, activations and everything else the update holds. glibc's mmap threshold is
@@ -43,7 +44,8 @@ def _status(key: str) -> int:
     raise KeyError(key)
 
 
-def _rank(rank: int, world: int, port: int, strategy: str, size: str, samples: int, tokens: int, out: str) -> None:
+def _rank(rank: int, world: int, port: int, strategy: str, size: str, samples: int, tokens: int, checkpointing: bool,
+          out: str) -> None:
     os.environ.update(WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
     import torch
@@ -71,14 +73,16 @@ def _rank(rank: int, world: int, port: int, strategy: str, size: str, samples: i
     batch = [Sample(f"t{i // 4}", [draw.randrange(VOCAB) for _ in range(prompt)],
                     [draw.randrange(VOCAB) for _ in range(tokens - prompt)], float(i % 3)) for i in range(samples)]
     for round_index in range(2):
-        rl_update(policy, batch, UpdateConfig(lr=1e-5, minibatch_size=samples, micro_batch_size=2, seed=round_index))
+        rl_update(policy, batch, UpdateConfig(lr=1e-5, minibatch_size=samples, micro_batch_size=2, seed=round_index,
+                                              gradient_checkpointing=checkpointing))
     parameters = sum(p.numel() for p in policy.model.parameters())
     torch.save({"parameters": parameters, "peak": _status("VmHWM") - base}, Path(out) / f"rank{rank}.pt")
     if world > 1:
         torch.distributed.destroy_process_group()
 
 
-def measure(strategy: str, world: int, size: str, samples: int, tokens: int) -> tuple[int, list[int]]:
+def measure(strategy: str, world: int, size: str, samples: int, tokens: int,
+            checkpointing: bool = False) -> tuple[int, list[int]]:
     """(parameters, each rank's peak bytes) of two RL updates under `strategy` on `world` ranks."""
     import torch
     import torch.multiprocessing as mp
@@ -87,7 +91,7 @@ def measure(strategy: str, world: int, size: str, samples: int, tokens: int) -> 
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as out:
-        mp.start_processes(_rank, args=(world, port, strategy, size, samples, tokens, out), nprocs=world,
+        mp.start_processes(_rank, args=(world, port, strategy, size, samples, tokens, checkpointing, out), nprocs=world,
                            start_method="spawn")
         results = [torch.load(Path(out) / f"rank{r}.pt") for r in range(world)]
     return results[0]["parameters"], [r["peak"] for r in results]
@@ -110,18 +114,21 @@ def main() -> None:
 
     print(f"RL update, {args.samples} samples x {args.tokens} tokens, micro-batches of 2, two rounds; per-rank peak "
           f"resident memory (MiB, and bytes per parameter); {args.ranks} gloo ranks on this CPU\n")
-    print(f"| model | parameters | 1 process | ddp x{args.ranks} | fsdp x{args.ranks} | fsdp / ddp |")
-    print("|---|---|---|---|---|---|")
+    n = args.ranks
+    print(f"| model | parameters | 1 process | ddp x{n} | fsdp x{n} | fsdp / ddp | ddp x{n}, checkpointing | "
+          f"fsdp x{n}, checkpointing | fsdp / ddp, checkpointing |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for size in args.sizes:
         parameters, (single,) = measure("ddp", 1, size, args.samples, args.tokens)
-        _, ddp = measure("ddp", args.ranks, size, args.samples, args.tokens)
-        _, fsdp = measure("fsdp", args.ranks, size, args.samples, args.tokens)
+        peaks = {(strategy, checkpointing): max(measure(strategy, n, size, args.samples, args.tokens, checkpointing)[1])
+                 for checkpointing in (False, True) for strategy in ("ddp", "fsdp")}
 
-        def cell(peaks: list[int]) -> str:
-            return f"{max(peaks) / 2**20:,.0f} ({max(peaks) / parameters:.1f} B)"
+        def cell(peak: int) -> str:
+            return f"{peak / 2**20:,.0f} ({peak / parameters:.1f} B)"
 
-        print(f"| Llama {size} | {parameters / 1e6:.1f}M | {cell([single])} | {cell(ddp)} | {cell(fsdp)} | "
-              f"**{max(fsdp) / max(ddp):.2f}x** |", flush=True)
+        cells = [f"{cell(peaks['ddp', c])} | {cell(peaks['fsdp', c])} | **{peaks['fsdp', c] / peaks['ddp', c]:.2f}x**"
+                 for c in (False, True)]
+        print(f"| Llama {size} | {parameters / 1e6:.1f}M | {cell(single)} | {' | '.join(cells)} |", flush=True)
 
     print("\nProjected per GPU, model states only (weights, gradients, AdamW moments; activations on top), bf16:\n")
     print("| model | ddp | fsdp x2 | fsdp x4 | fsdp x8 |")

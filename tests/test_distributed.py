@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import os
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,11 +26,11 @@ SFT = SFTConfig(steps=3, batch_size=5, lr=3e-3, warmup_steps=1, seed=1)
 # Two minibatches of uneven shares, micro-batches of 2 per rank, two epochs (so the old log-probs are
 # computed, sharded), a KL term in the loss and DAPO's token-mean: every normaliser spans the minibatch.
 # A third round in micro-batches of one row, where a group of equal rewards has no gradient: the ranks make
-# different numbers of passes (under fsdp the short rank pads them).
+# different numbers of passes (under fsdp the short rank pads them), with activation checkpointing.
 RL = [
     UpdateConfig(lr=5e-3, minibatch_size=7, micro_batch_size=2, epochs=2, kl_coef=0.1, seed=3),
     UpdateConfig(lr=5e-3, minibatch_size=12, loss_aggregation="seq-mean-token-mean", seed=4),
-    UpdateConfig(lr=5e-3, minibatch_size=15, micro_batch_size=1, seed=5),
+    UpdateConfig(lr=5e-3, minibatch_size=15, micro_batch_size=1, gradient_checkpointing=True, seed=5),
 ]
 
 
@@ -73,7 +74,7 @@ def train(out: Path) -> dict:
     stats.append(rl_update(resumed, _rl_samples(policy.tokenizer), RL[1]))  # two steps: Adam's moments matter
     torch.manual_seed(1)  # the adapters' initial weights
     lora = Policy(with_lora(copy.deepcopy(policy.model), LoraSettings(enabled=True, r=4)), policy.tokenizer)
-    stats.append(rl_update(lora, _rl_samples(policy.tokenizer), RL[1]))  # and a round of LoRA on top
+    stats.append(rl_update(lora, _rl_samples(policy.tokenizer), replace(RL[1], gradient_checkpointing=True)))  # LoRA
     result = {"sft_losses": sft_losses, "rl_stats": stats,
               "weights": {k: v.clone() for k, v in policy.model.state_dict().items()}
               | {f"lora/{k}": v.clone() for k, v in lora.model.state_dict().items() if "lora_" in k}
@@ -84,9 +85,11 @@ def train(out: Path) -> dict:
                                     for values in between_rounds["state"].values() for v in values.values() if v.dim())
     result["checkpoint"] = out / "checkpoint"
     if distributed.sharded():
-        copy_ = distributed.shard_copy(policy.model)
-        result["local_fraction"] = sum(p.to_local().numel() for p in copy_.parameters()) / sum(
-            p.numel() for p in policy.model.parameters())
+        whole = sum(p.numel() for p in policy.model.parameters())
+        with distributed.training_copy(policy.model) as copy_:
+            result["local_fraction"] = sum(p.to_local().numel() for p in copy_.parameters()) / whole
+            shards = list(copy_.parameters())
+        result["shards_left"] = sum(p.to_local().untyped_storage().nbytes() for p in shards)
     torch.save(result, out / f"rank{distributed.rank()}.pt")
     return result
 
@@ -217,6 +220,7 @@ def test_under_fsdp_each_rank_holds_half_the_trained_weights_and_optimizer_state
         assert two_ranks[0]["optimizer_local"] == two_ranks[1]["optimizer_local"]
         return
     assert all(0.4 < r["local_fraction"] < 0.6 for r in two_ranks), [r["local_fraction"] for r in two_ranks]
+    assert [r["shards_left"] for r in two_ranks] == [0, 0]  # a spent copy's shards are freed as it ends
     assert all(not k.isdigit() for r in two_ranks for k in r["optimizer_keys"])  # by name
     # AdamW's two moments of every trained weight, half of them on each rank between rounds
     assert two_ranks[0]["optimizer_local"] + two_ranks[1]["optimizer_local"] == pytest.approx(
@@ -247,3 +251,26 @@ def test_optimizer_states_convert_between_names_and_positions():
     assert all(torch.equal(back["state"][i]["exp_avg"], v["exp_avg"]) for i, v in optimizer.state_dict()["state"].items())
     with pytest.raises(ValueError, match="the model trains 3"):
         distributed.keyed_by(optimizer.state_dict(), names[:3], by_name=True)
+
+
+def _layer_passes(policy: Policy, config: UpdateConfig) -> tuple[int, dict, dict]:
+    """Forward passes through the first decoder layer's MLP in one RL update, its stats and the weights after it."""
+    calls = []
+    handle = policy.model.model.layers[0].mlp.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        stats = rl_update(policy, _rl_samples(policy.tokenizer), config)
+    finally:
+        handle.remove()
+    return len(calls), stats, policy.model.state_dict()
+
+
+def test_activation_checkpointing_recomputes_the_layers_and_changes_nothing_else():
+    on = make_tiny_policy(seed=0)
+    passes, stats, weights = _layer_passes(on, RL[2])
+    off_passes, off_stats, off_weights = _layer_passes(make_tiny_policy(seed=0), replace(RL[2], gradient_checkpointing=False))
+    trained = int(stats["trained_sample_fraction"] * 15)
+    assert passes == off_passes + trained  # each trained row's layer runs again in its backward pass
+    assert stats == pytest.approx(off_stats, rel=1e-6)
+    for name, value in weights.items():
+        torch.testing.assert_close(value, off_weights[name], rtol=1e-6, atol=1e-7, msg=name)
+    assert not on.model.is_activation_checkpointing  # switched off again once the update is done

@@ -47,6 +47,7 @@ class UpdateConfig:
     minibatch_size: PositiveInt = 128  # samples per optimizer step
     micro_batch_size: PositiveInt | None = None  # samples per forward/backward; gradients accumulate to the minibatch
     micro_batch_tokens: PositiveInt | None = 2048  # padded tokens (rows x widest) per forward/backward, bounding activation memory; raise it on a GPU; null: no limit
+    gradient_checkpointing: bool = False  # recompute each layer's activations in the backward pass: less memory, about a third more compute
     clip_low: NonNegativeFloat = 0.2  # PPO ratio clip below 1
     clip_high: NonNegativeFloat = 0.2  # PPO ratio clip above 1 (DAPO clip-higher when larger)
     advantage_estimator: Literal[ESTIMATORS] = "grpo"  # grpo | dr_grpo | rloo | reinforce_pp
@@ -300,7 +301,7 @@ def rl_update(
                    None if turn_returns is None else turn_returns.to(device),
                    None if fraction == 1.0 else kl_scale.to(device))
 
-    with distributed.training_copy(model) as trained:
+    with distributed.training_copy(model, config.gradient_checkpointing) as trained:
         totals, steps = _optimizer_steps(policy, trained, samples, config, ctx, active, truncated)
     model.eval()
     policy.version += 1
@@ -332,9 +333,8 @@ def _optimizer_steps(policy: Policy, model, samples: Sequence[Sample], config: U
     rng = random.Random(config.seed)
     first_state = next(iter(optimizer.state.values()), {})
     global_step = int(first_state.get("step", 0))
-    keys = STEP_KEYS
     zero = torch.zeros((), dtype=torch.float64, device=device)  # stats stay on the device, summed in float64
-    totals = dict.fromkeys(keys, zero)
+    totals = dict.fromkeys(STEP_KEYS, zero)
     steps = 0
     model.train()
     for _ in range(config.epochs):
@@ -348,7 +348,7 @@ def _optimizer_steps(policy: Policy, model, samples: Sequence[Sample], config: U
                 group["lr"] = config.lr * lr_factor("constant", global_step, config.warmup_steps, 0)
             global_step += 1
             optimizer.zero_grad(set_to_none=True)
-            step = dict.fromkeys(keys, zero)
+            step = dict.fromkeys(STEP_KEYS, zero)
             local = idx[distributed.shard(len(idx))]  # this rank's share; the normalisers above are the minibatch's
             # samples with a gradient go through forward + backward, the others through a forward
             # for the stats; each in micro-batches bounded in rows and padded tokens
@@ -370,7 +370,7 @@ def _optimizer_steps(policy: Policy, model, samples: Sequence[Sample], config: U
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             step["grad_norm"] = (norm.full_tensor() if hasattr(norm, "full_tensor") else norm).double()
             optimizer.step()
-            for key in keys:
+            for key in STEP_KEYS:
                 totals[key] = torch.maximum(totals[key], step[key]) if key == "mismatch_max" else totals[key] + step[key]
             steps += 1
     policy.optimizer_state = distributed.optimizer_state(model, optimizer)

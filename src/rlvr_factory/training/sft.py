@@ -36,6 +36,7 @@ class SFTConfig:
     schedule: Literal[SCHEDULES] = "cosine"  # cosine | linear | constant
     max_grad_norm: float = 1.0  # global gradient-norm clip
     seed: int = 0  # order of examples
+    gradient_checkpointing: bool = False  # recompute each layer's activations in the backward pass: less memory, about a third more compute
 
 
 def encode_chat_examples(
@@ -121,7 +122,7 @@ def supervised_train(
         raise ValueError(f"batch_size {config.batch_size} is smaller than the {distributed.world_size()} data-parallel "
                          "ranks; every rank needs at least one sequence per step")
     distributed.broadcast_parameters(policy.model)
-    with distributed.training_copy(policy.model) as model:
+    with distributed.training_copy(policy.model, config.gradient_checkpointing) as model:
         losses = _train_steps(model, policy, examples, config, desc)
     policy.model.eval()
     return losses
