@@ -90,7 +90,19 @@ def _init_process_group(config: DistributedConfig) -> None:
         if not torch.cuda.is_available():
             raise RuntimeError("distributed.backend is nccl but CUDA is unavailable; use gloo (or auto) on CPUs")
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(backend, timeout=timedelta(minutes=config.timeout_minutes))
+    timeout = timedelta(minutes=config.timeout_minutes)
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        # torchrun keeps one store for every attempt of a launch (the same MASTER_PORT), and torch 2.13 no longer
+        # keys it by attempt: the ranks of a restarted group would read the dead attempt's addresses. Each attempt
+        # gets its own prefix, as torch itself did before.
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        store = dist.PrefixStore(f"/rlvr/attempt_{attempt}", dist.TCPStore(
+            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), launched_world_size(), is_master=False,
+            timeout=timeout))
+        dist.init_process_group(backend, store=store, rank=int(os.environ["RANK"]), world_size=launched_world_size(),
+                                timeout=timeout)
+        return
+    dist.init_process_group(backend, timeout=timeout)
 
 
 def world_size() -> int:

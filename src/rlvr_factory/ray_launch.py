@@ -12,25 +12,27 @@ project at the same path (a shared file system, or the same checkout) and the sa
 from __future__ import annotations
 
 import argparse
-import os
+import time
 from functools import partial
 from pathlib import Path
 from typing import Sequence
 
 
-def _kedro_run(project: str, kedro_args: list[str]) -> None:
-    """One rank: `kedro run <kedro_args>` in `project`, inside the process group Ray Train made."""
-    from kedro.framework.cli.cli import KedroCLI
+def _kedro_run(project: str, kedro_args: list[str], launched_at: float) -> None:
+    """One rank: `kedro run <kedro_args>` in `project`, inside the process group Ray Train made; an attempt after
+    a failed one resumes at the round after the last checkpoint written since `launched_at` (`restartable`)."""
+    from rlvr_factory import restartable
 
-    os.chdir(project)
-    KedroCLI(Path(project))(args=["run", *kedro_args], standalone_mode=False)
+    restartable.run(Path(project), kedro_args, launched_at)
 
 
 def launch(kedro_args: Sequence[str], workers: int, gpu: bool = False, address: str | None = None,
-           project: Path | None = None) -> None:
-    """Run `kedro run <kedro_args>` on `workers` Ray Train workers (one rank each, a GPU each with `gpu`)."""
+           project: Path | None = None, max_failures: int = 0) -> None:
+    """Run `kedro run <kedro_args>` on `workers` Ray Train workers (one rank each, a GPU each with `gpu`); when a
+    worker dies, up to `max_failures` times, Ray Train starts them all again and the run resumes from its last
+    RL checkpoint (`rlvr_factory.restartable`)."""
     import ray
-    from ray.train import RunConfig, ScalingConfig
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
     if workers < 1:
@@ -40,10 +42,11 @@ def launch(kedro_args: Sequence[str], workers: int, gpu: bool = False, address: 
     env_vars = {"KEDRO_LOGGING_CONFIG": str(logging_config)} if logging_config.exists() else {}
     ray.init(address=address, ignore_reinit_error=True, runtime_env={"env_vars": env_vars})
     trainer = TorchTrainer(
-        partial(_kedro_run, root, list(kedro_args)),
+        partial(_kedro_run, root, list(kedro_args), time.time()),
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=gpu),
         torch_config=TorchConfig(backend="nccl" if gpu else "gloo"),
-        run_config=RunConfig(storage_path=str(Path(root) / "data/09_ray"), name="kedro_run"),
+        run_config=RunConfig(storage_path=str(Path(root) / "data/09_ray"), name="kedro_run",
+                             failure_config=FailureConfig(max_failures=max_failures)),
     )
     trainer.fit()
 
@@ -54,9 +57,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, required=True, help="ranks (Ray Train workers)")
     parser.add_argument("--gpu", action="store_true", help="one GPU per worker, NCCL (default: CPU, gloo)")
     parser.add_argument("--address", default=None, help="Ray cluster address (default: start or join a local one)")
+    parser.add_argument("--max-failures", type=int, default=0,
+                        help="times to start the workers again after one dies, resuming from the last RL checkpoint")
     parser.add_argument("kedro_args", nargs=argparse.REMAINDER, help="-- then kedro run's options")
     args = parser.parse_args(argv)
-    launch([a for a in args.kedro_args if a != "--"], args.workers, args.gpu, args.address)
+    launch([a for a in args.kedro_args if a != "--"], args.workers, args.gpu, args.address,
+           max_failures=args.max_failures)
 
 
 if __name__ == "__main__":
