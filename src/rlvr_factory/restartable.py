@@ -61,12 +61,12 @@ def resume_round(project: Path, kedro_args: Sequence[str], since: float) -> int:
     """The round a run of `kedro run <kedro_args>` in `project` resumes at: the one after the last RL checkpoint
     written after `since` whose round can start from what is on disk (its checkpoint, the earlier rounds' pass
     rates, domain levels and stats); 0 (from the start) if there is none or the run has no RL rounds."""
-    from kedro.framework.project import settings
+    from kedro.framework.project import pipelines, settings
     from kedro.framework.startup import bootstrap_project
     from kedro.io import DataCatalog
 
     from rlvr_factory.pipelines.rl.pipeline import RLShape, _checkpointed, round_block
-    from rlvr_factory.round_files import round_name, round_of
+    from rlvr_factory.round_files import ROUND, round_name, round_of
 
     options = _parse(kedro_args)
     if options.get("from_nodes") or (options.get("params") or {}).get("rl", {}).get("resume_from"):
@@ -78,8 +78,9 @@ def resume_round(project: Path, kedro_args: Sequence[str], since: float) -> int:
                                           runtime_params=options.get("params") or None, **settings.CONFIG_LOADER_ARGS)
     parameters = loader["parameters"]
     catalog = DataCatalog.from_config(loader["catalog"])
-    if "rl" not in parameters:
-        return 0
+    names = options.get("pipelines") or [options.get("pipeline") or "__default__"]
+    if "rl" not in parameters or not any(n.namespace == ROUND for name in names for n in pipelines[name].nodes):
+        return 0  # a run without RL rounds (`--pipeline=sft`) has no checkpoint to resume from
     shape = RLShape.from_parameters(parameters)
     plans = shape.plans()
     for k in sorted((j + 1 for j in range(shape.rounds - 1) if _checkpointed(j, shape.checkpoint_every)), reverse=True):

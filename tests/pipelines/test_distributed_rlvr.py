@@ -98,6 +98,7 @@ def test_a_rank_killed_mid_run_restarts_from_the_last_checkpoint_to_the_uninterr
     assert restartable.resume_round(project, _kedro_args(launcher), since=0.0) == 2
     assert restartable.resume_round(project, _kedro_args(launcher), since=time.time()) == 0
     assert restartable.resume_round(project, [*_kedro_args(launcher), "--from-nodes=sft"], since=0.0) == 0
+    assert restartable.resume_round(project, [*_kedro_args(launcher)[1:], "--pipeline=sft"], since=0.0) == 0
 
 
 def test_both_ranks_joined_one_gloo_group(launched_project):
