@@ -69,7 +69,7 @@ def resume_round(project: Path, kedro_args: Sequence[str], since: float) -> int:
     from rlvr_factory.round_files import ROUND, round_name, round_of
 
     options = _parse(kedro_args)
-    if options.get("from_nodes") or (options.get("params") or {}).get("rl", {}).get("resume_from"):
+    if options.get("from_nodes") or "resume_from" in ((options.get("params") or {}).get("rl") or {}):
         return 0  # the command chose where it starts: every attempt starts there
     bootstrap_project(project)
     # the run's configuration as its session would load it, without a session: the project's hooks (joining the
