@@ -176,6 +176,7 @@ def test_rank_seeds_differ_per_rank_and_repeat(monkeypatch):
     assert len(set(seeds)) == 3 and seeds[0] == 5
     monkeypatch.setattr(distributed, "rank", lambda: 2)
     assert distributed.rank_seed(5) == seeds[2]
+    assert [distributed.rank_seed(5, of_rank=r) for r in range(3)] == seeds  # another rank's, from any rank
 
 
 def test_a_bad_configuration_names_the_key_and_the_allowed_values():
@@ -277,3 +278,26 @@ def test_activation_checkpointing_recomputes_the_layers_and_changes_nothing_else
     losses = [supervised_train(make_tiny_policy(seed=0), _sft_examples(on.tokenizer), replace(SFT, gradient_checkpointing=c))
               for c in (True, False)]
     assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+
+
+def test_each_rank_takes_its_own_cores_for_its_vllm_engine_and_binds_to_them(monkeypatch):
+    from rlvr_factory.rollout.vllm_engine import EngineStartError, bind_cores, rank_cores
+
+    assert rank_cores("0-1") == "0-1"  # one list: every rank's (and one process's)
+    for rank, cores in enumerate(["0", "1,3"]):
+        monkeypatch.setenv("LOCAL_RANK", str(rank))
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+        assert rank_cores("0|1,3") == cores
+    with pytest.raises(EngineStartError, match="names 3 core lists for 2 rank"):
+        rank_cores("0|1|2")
+    before, threads = os.sched_getaffinity(0), torch.get_num_threads()
+    try:
+        assert bind_cores(str(min(before))) == [min(before)]
+        assert os.sched_getaffinity(0) == {min(before)} and torch.get_num_threads() == 1
+        with pytest.raises(EngineStartError, match="is not a list of cores"):
+            bind_cores("first")
+        with pytest.raises(EngineStartError, match="cannot bind to cores"):
+            bind_cores("100000")
+    finally:
+        os.sched_setaffinity(0, before)
+        torch.set_num_threads(threads)

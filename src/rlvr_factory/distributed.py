@@ -134,10 +134,11 @@ def shard(n: int) -> slice:
     return slice(start, start + size + (r < extra))
 
 
-def rank_seed(seed: int) -> int:
-    """This rank's sampling seed, derived from the run's `seed` (rank 0 keeps it), so a run is
-    deterministic for a fixed world size."""
-    return seed if rank() == 0 else random.Random(f"{seed}/rank{rank()}").getrandbits(62)
+def rank_seed(seed: int, of_rank: int | None = None) -> int:
+    """This rank's sampling seed (or rank `of_rank`'s), derived from the run's `seed` (rank 0 keeps it), so a run
+    is deterministic for a fixed world size."""
+    r = rank() if of_rank is None else of_rank
+    return seed if r == 0 else random.Random(f"{seed}/rank{r}").getrandbits(62)
 
 
 def gather(local: list[T]) -> list[T]:

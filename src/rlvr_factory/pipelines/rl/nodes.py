@@ -22,7 +22,7 @@ from rlvr_factory.overoptimisation import component_stats
 from rlvr_factory.parameters import EvaluateConfig, ModelConfig, RLConfig
 from rlvr_factory.rl.curriculum import prompt_order, update_pass_rates
 from rlvr_factory.round_files import each_round
-from rlvr_factory.rollout.agent_loop import RolloutConfig, push_weights, sample_episodes
+from rlvr_factory.rollout.agent_loop import RolloutConfig, make_engine, push_weights, sample_episodes
 from rlvr_factory.rollout.background import rollout_collected, rollout_started_ahead, running_ahead, sharing_cores
 from rlvr_factory.rollout.dynamic import draw_groups
 from rlvr_factory.training.grpo import rl_update
@@ -157,8 +157,7 @@ def rollout(
     order = _prompt_order(tasks, rl, seed, pass_rates, domain_levels)
     env = get_domain(domain)
     if rollout.engine == "vllm" and distributed.world_size() > 1:
-        raise ValueError("rollout.engine: vllm does not run data-parallel yet; use the transformers engine under "
-                         "torchrun, or run vLLM in one process (docs/distributed.md)")
+        make_engine(policy, rollout)  # every rank's engine, started together (a collective), before any rank samples
 
     def run(indices: list[int], draw_seed: int) -> tuple[list, dict]:
         return sample_episodes(policy, env, [tasks[i] for i in indices], rl.samples_per_prompt, rollout,
