@@ -246,3 +246,37 @@ def test_a_weight_push_that_fails_stops_with_the_policy_version(engine):  # last
 def test_a_model_vllm_cannot_serve_fails_at_start_up_naming_it_and_the_way_out():
     with pytest.raises(EngineStartError, match=r"LlamaForCausalLM, head size 16.*Use rollout.engine=transformers"):
         VllmEngine(make_tiny_policy(), VllmSettings())
+
+
+def _rank_closes_and_restarts(rank: int, port: int, out: str) -> None:
+    import os
+
+    os.environ.update(WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port), VLLM_NO_USAGE_STATS="1")
+    from rlvr_factory import distributed
+
+    distributed.init(distributed.DistributedConfig(backend="gloo"))
+    policy = servable()
+    VllmEngine(policy, VllmSettings()).close()
+    total = distributed.sum_value(torch.tensor(float(rank + 1)))  # the trainer's group outlived the engine
+    engine = VllmEngine(policy, VllmSettings())  # and the next engine starts on it
+    generations, _ = engine.generate(requests(policy), GREEDY)
+    engine.close()
+    distributed.barrier()
+    torch.save({"total": total, "tokens": [g.token_ids for g in generations]}, f"{out}/rank{rank}.pt")
+    torch.distributed.destroy_process_group()
+
+
+def test_data_parallel_a_closed_engine_leaves_the_trainers_process_group_and_another_starts_on_it(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.start_processes(_rank_closes_and_restarts, args=(port, str(tmp_path)), nprocs=2, start_method="spawn")
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    assert [r["total"] for r in ranks] == [3.0, 3.0]
+    policy = servable()
+    assert ranks[0]["tokens"] == ranks[1]["tokens"] == [g.token_ids for g in on_transformers(policy, requests(policy))]

@@ -273,15 +273,35 @@ class VllmEngine:
         return generations, stats
 
     def close(self) -> None:
-        """Shut the engine down and remove its weight directory."""
+        """Shut the engine down and remove its weight directory. Data-parallel, the trainer's process group (which
+        the engine ran on) stays: vLLM's shutdown of an in-process engine would destroy it with its own groups."""
         llm, self.llm = self.llm, None
         if llm is not None:
             engine = getattr(llm, "llm_engine", None)
             if engine is not None and hasattr(engine, "engine_core"):
-                engine.engine_core.shutdown()
+                with _keeping_the_process_group():
+                    engine.engine_core.shutdown()
             del llm
             gc.collect()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _keeping_the_process_group() -> Iterator[None]:
+    """Within the block, vLLM's teardown of its distributed state leaves torch's default process group alone when
+    the trainer joined it (data-parallel), so the run's collectives go on; vLLM's world group is kept for its next
+    engine too. Nothing changes in one process, where the group is the engine's own."""
+    if distributed.world_size() == 1:
+        yield
+        return
+    from vllm.distributed import parallel_state
+
+    teardown = parallel_state.destroy_distributed_environment
+    parallel_state.destroy_distributed_environment = lambda: None
+    try:
+        yield
+    finally:
+        parallel_state.destroy_distributed_environment = teardown
 
 
 _RUNNING: dict[str, VllmEngine] = {}  # the process's engine, by the model architecture and settings it serves
