@@ -114,8 +114,10 @@ def check_environment(
     under `timeout_seconds`; `tokens` (unless false) with a tiny model practised on the scripted episodes."""
     if len(tasks) < 2:
         raise ValueError("the conformance kit needs at least 2 tasks (one episode runs after another's)")
+    # plain workers, whose memory outlives a call: the kit finds state an environment keeps in its module, which a
+    # run's isolated calls (`isolate_calls`) would hide
     config = ExecutorConfig(executor="scheduler", workers=1, timeout_seconds=timeout_seconds,
-                            retry=replace(ExecutorConfig().retry, max_attempts=1))
+                            retry=replace(ExecutorConfig().retry, max_attempts=1), isolate_calls=False)
     make_env = lambda task: environment_for(member(domain, task.domain))  # noqa: E731
     scripts = [script(domain, t, turns) for t in tasks[:2]]
     checks, seen = [], []

@@ -67,3 +67,25 @@ class FlakyStart(EchoEnvironment):
             marker.touch()
             raise InfraError(f"sandbox for {task.task_id} did not start (pid {os.getpid()})")
         return super().reset(task)
+
+
+EPISODES_SEEN = []  # what `KeepsModuleState` leaves in its worker's memory
+
+
+class KeepsModuleState:
+    """Remembers every reset in its module, and says how many it saw: state that outlives an episode."""
+
+    untrusted = False
+
+    def reset(self, task):
+        EPISODES_SEEN.append(task.task_id)
+        return task.prompt
+
+    def step(self, action):
+        return Step(f"episodes seen in this process: {len(EPISODES_SEEN)}", None, done=False)
+
+
+class ThirdPartyKeepsModuleState(KeepsModuleState):
+    """The same, marked as a third-party package's code."""
+
+    untrusted = True

@@ -12,7 +12,9 @@ from rlvr_factory.rollout.chat import ChatFormat, Message, TemplateError
 from rlvr_factory.rollout.engine import SamplingConfig
 from rlvr_factory.rollout.hf import TransformersEngine, generate
 from rlvr_factory.rollout.steps import ExecutorConfig
-from tests.rollout.envs import EchoEnvironment, FailsOnPrompt, FlakyStart, GradesEachAttempt
+from tests.rollout.envs import (
+    EchoEnvironment, FailsOnPrompt, FlakyStart, GradesEachAttempt, KeepsModuleState, ThirdPartyKeepsModuleState,
+)
 from tests.rollout.policies import PROMPTS, calculator_user, tool_spammer
 from tests.rollout.templates import STRIPS_THINKING, tokenizer_with
 
@@ -229,3 +231,19 @@ def test_per_turn_samples_render_each_turn_as_the_template_renders_the_history()
         for turn in e.turns:
             assert turn.context_ids == chat.render(history)
             history += [Message("assistant", turn.action), Message("tool", turn.observation)]
+
+
+def test_a_third_party_environments_calls_are_isolated_so_state_left_in_its_module_reaches_no_other_call():
+    from rlvr_factory.conformance import play
+    from rlvr_factory.rollout.steps import Executor
+
+    tasks = [Task(f"t{i}", "arithmetic", f"prompt {i}", {}, 1, "train", "test") for i in range(2)]
+    said = {}
+    for kind, isolate in ((ThirdPartyKeepsModuleState, True), (ThirdPartyKeepsModuleState, False),
+                          (KeepsModuleState, True)):
+        with Executor(replace(SCHEDULED, workers=1, isolate_calls=isolate)) as executor:
+            records = [play(executor, lambda task: kind(), task, ["a", "b"]) for task in tasks]
+        said[kind.__name__, isolate] = [step[1] for record in records for step in record[1:]]
+    assert said["ThirdPartyKeepsModuleState", True] == ["episodes seen in this process: 0"] * 4  # the reset's too
+    carried = [f"episodes seen in this process: {n}" for n in (1, 1, 2, 2)]
+    assert said["ThirdPartyKeepsModuleState", False] == said["KeepsModuleState", True] == carried  # ours stay warm

@@ -273,3 +273,26 @@ def test_abandoning_a_batch_cancels_what_runs_and_drops_what_finished(local):
         local.wait(done)
     with pytest.raises(KeyError):
         local.wait(running)
+
+
+def test_isolated_jobs_each_run_in_a_fork_that_takes_what_they_leave_behind_with_it():
+    with Scheduler(LocalBackend(memory_limit_mb=1024), workers=1, timeout=5.0) as plain:  # without: it stays
+        assert [r.value for r in plain.results([plain.submit(jobs.remember, i) for i in range(3)])] == [
+            [0], [0, 1], [0, 1, 2]]
+    with Scheduler(LocalBackend(memory_limit_mb=1024, isolate_jobs=True), workers=1, timeout=1.0,
+                   retry=RetryPolicy(max_attempts=2, backoff_seconds=0.01)) as isolated:
+        assert [r.value for r in isolated.results([isolated.submit(jobs.remember, i) for i in range(3)])] == [
+            [0], [1], [2]]
+        pids = [r.value for r in isolated.results([isolated.submit(jobs.pid, None) for _ in range(3)])]
+        assert len(set(pids)) == 3 and os.getpid() not in pids
+        died = isolated.wait(isolated.submit(jobs.exit_now, 3))
+        assert (died.status, died.attempts) == ("infra_error", 2) and "exited with code 3 before it answered" in died.error
+        hung = isolated.wait(isolated.submit(jobs.pid_after, 30))
+        assert hung.status == "timeout"
+        assert isolated.wait(isolated.submit(jobs.echo, "still here")).value == "still here"
+        assert isolated.metrics().counters["restarts"] == 1  # the timeout's; a dead fork leaves its worker running
+
+
+def test_ray_refuses_to_isolate_jobs_it_would_run_in_place():
+    with pytest.raises(ValueError, match="isolate_jobs forks a local worker"):
+        create_scheduler({"backend": "ray", "isolate_jobs": True})

@@ -4,6 +4,10 @@
 calculator, a single-turn answer whose verdict the verify station computes). `scheduler`
 sends each call, with its environment, to a worker process as a scheduler job: calls run in
 parallel, each under a wall-clock limit, and the environment comes back with its new state.
+With `isolate_calls`, a third-party environment's calls (`untrusted`) each run in a fork of their
+worker that exits with them, so its state travels only in the environment itself, never in a
+worker's memory from one call or episode to the next; our own environments keep what is warm in a
+worker (a started sandbox, an OpenEnv server) across calls on purpose.
 That suits expensive steps (a sandboxed test run); the environment must be picklable. An
 environment that runs a third-party package's code (`untrusted = True`) runs this way only.
 
@@ -39,6 +43,7 @@ class ExecutorConfig:
     timeout_seconds: float = 60.0  # wall-clock limit of one call (scheduler only)
     workers: int = 2  # scheduler workers
     retry: RetryPolicy = field(default_factory=RetryPolicy)  # a reset that raises InfraError is retried
+    isolate_calls: bool = False  # scheduler: each call of a third-party environment (`untrusted`) runs in a fork of its worker that exits with it, so nothing a call leaves in the process (a package's module globals) reaches another call or episode; the local backend only
     scheduler: dict[str, Any] = field(default_factory=dict)  # further scheduler settings (backend, ray, ...)
 
     def __post_init__(self) -> None:
@@ -87,12 +92,8 @@ class Executor:
         self.retry = config.retry
         self.seconds = 0.0
         self._scheduler = None
+        self._isolated = False  # whether the scheduler's workers run each call in a fork
         self._job: _EnvironmentCall | None = None
-        if config.executor == "scheduler":
-            self._scheduler = create_scheduler({
-                **config.scheduler, "workers": config.workers, "timeout_seconds": config.timeout_seconds,
-                "retry": asdict(config.retry),
-            })
 
     def __enter__(self) -> Executor:
         return self
@@ -105,20 +106,36 @@ class Executor:
         if self._scheduler is not None:
             self._scheduler.close()
 
+    def _scheduler_for(self, envs: Sequence[Environment]) -> Any:
+        """The scheduler, started on first use; its calls isolated once an untrusted environment comes (a running
+        scheduler whose calls are not is replaced)."""
+        isolate = self.config.isolate_calls and any(getattr(env, "untrusted", False) for env in envs)
+        if self._scheduler is not None and (self._isolated or not isolate):
+            return self._scheduler
+        self.close()
+        config = self.config
+        self._scheduler = create_scheduler({
+            **config.scheduler, "workers": config.workers, "timeout_seconds": config.timeout_seconds,
+            "retry": asdict(config.retry), "isolate_jobs": isolate,
+        })
+        self._isolated, self._job = isolate, None
+        return self._scheduler
+
     def run(self, method: str, envs: Sequence[Environment], arguments: Sequence[Any]) -> list[tuple[Environment, Any]]:
         """`env.<method>(argument)` for each pair, in order."""
         start = time.perf_counter()
-        if self._scheduler is None:
+        if self.config.executor == "inline":
             _refuse_untrusted(envs)
             out = [(env, self._inline(method, env, argument)) for env, argument in zip(envs, arguments, strict=True)]
         else:
+            scheduler = self._scheduler_for(envs)
             if self._job is None and envs:
                 self._job = _EnvironmentCall(envs[0])
-                self._scheduler.register(self._job)
-            ids = [self._scheduler.submit(self._job, (env, method, a)) for env, a in zip(envs, arguments, strict=True)]
+                scheduler.register(self._job)
+            ids = [scheduler.submit(self._job, (env, method, a)) for env, a in zip(envs, arguments, strict=True)]
             out = [
                 r.value if r.ok else (env, Failed(r.status, r.error or r.status))
-                for env, r in zip(envs, self._scheduler.results(ids))
+                for env, r in zip(envs, scheduler.results(ids))
             ]
         self.seconds += time.perf_counter() - start
         return out

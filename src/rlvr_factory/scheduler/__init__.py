@@ -42,6 +42,7 @@ class SchedulerSettings(SchedulerConfig):
     workers: PositiveInt = 2  # worker processes (local) or actors (ray)
     timeout_seconds: PositiveFloat = 5.0  # wall-clock limit of one job
     hash_seed: int | None = None  # local backend: the workers' PYTHONHASHSEED (null: Python's random one)
+    isolate_jobs: bool = False  # local backend: each job runs in a fork of its worker that exits with it, so nothing a job leaves in its process reaches the next job
 
 __all__ = [
     "BACKENDS", "JOB_STATUSES", "InfraError", "JobResult", "RayConfig", "RetryPolicy", "Scheduler", "SchedulerConfig",
@@ -54,16 +55,19 @@ def create_scheduler(settings: SchedulerSettings | Mapping[str, Any], memory_lim
     `schema.parse`, a key left out takes its default there): `backend` (local|ray), `workers`,
     `timeout_seconds`, `retry` (RetryPolicy's fields), `max_in_flight`, `num_cpus`, for the local
     backend `hash_seed` (the workers' PYTHONHASHSEED: jobs whose output follows the order of a set of
-    strings repeat across runs) and for Ray `ray.address` (local|auto|an address) and `ray.num_cpus`.
+    strings repeat across runs; `isolate_jobs`: each job in a fork of its worker) and for Ray `ray.address` (local|auto|an address) and `ray.num_cpus`.
     `memory_limit_mb` caps each job process's address space."""
     config = settings if isinstance(settings, SchedulerSettings) else parse(SchedulerSettings, settings, "scheduler")
     if config.backend == "local":
         from rlvr_factory.scheduler.local import LocalBackend
 
-        backend: Any = LocalBackend(memory_limit_mb, hash_seed=config.hash_seed)
+        backend: Any = LocalBackend(memory_limit_mb, hash_seed=config.hash_seed, isolate_jobs=config.isolate_jobs)
     else:
         if config.hash_seed is not None:
             raise ValueError("scheduler hash_seed is a setting of the local backend; Ray starts its own workers")
+        if config.isolate_jobs:
+            raise ValueError("scheduler isolate_jobs forks a local worker for every job; Ray's actors run their jobs "
+                             "in place: use backend: local, or turn isolate_jobs off")
         from rlvr_factory.scheduler.ray_backend import RayBackend
 
         backend = RayBackend(address=config.ray.address, num_cpus=config.ray.num_cpus, memory_limit_mb=memory_limit_mb)

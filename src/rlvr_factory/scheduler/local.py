@@ -7,6 +7,11 @@ worker leads a new process group, so killing the group also kills anything a job
 caller, dies; its address space may be capped. Jobs reach a worker in chunks over a pipe and
 each result comes back as soon as it is ready.
 
+With `isolate_jobs`, each job runs in a fork of its worker, made after the worker loaded the job functions,
+and the fork exits with the job: nothing a job leaves in its process (a module's global, a patched function, a
+file it kept open, a thread) reaches the next job, at the cost of a fork per job (about a millisecond). A fork
+that dies makes its job an infrastructure failure (retried), as a dying worker does.
+
 With `hash_seed` set, workers are spawned instead (fresh interpreters, slower to start) with
 `PYTHONHASHSEED` set to it: string hashing, and so the iteration order of sets of strings, is then
 the same in every run, which jobs whose output follows such an order need to repeat (a fork server's
@@ -56,7 +61,7 @@ class LocalBackend:
 
     def __init__(
         self, memory_limit_mb: int | None = 4096, serialize: Callable[[Any], bytes] = pickle.dumps,
-        hash_seed: int | None = None,
+        hash_seed: int | None = None, isolate_jobs: bool = False,
     ) -> None:
         if memory_limit_mb is not None and memory_limit_mb <= 0:
             raise ValueError(f"memory_limit_mb must be positive or None, got {memory_limit_mb}")
@@ -65,6 +70,7 @@ class LocalBackend:
             raise ValueError(f"hash_seed must be an integer in [0, 4294967295] (PYTHONHASHSEED) or None, got {hash_seed!r}")
         self.memory_limit_mb = memory_limit_mb
         self.hash_seed = hash_seed
+        self.isolate_jobs = isolate_jobs
         self._serialize = serialize
         if hash_seed is not None:
             self._context = multiprocessing.get_context("spawn")
@@ -83,7 +89,7 @@ class LocalBackend:
         """A new worker holding these job functions; it reports `ready` once it can take jobs."""
         parent_conn, child_conn = self._context.Pipe(duplex=True)
         process = self._context.Process(
-            target=_worker_main, args=(child_conn, definitions, self.memory_limit_mb),
+            target=_worker_main, args=(child_conn, definitions, self.memory_limit_mb, self.isolate_jobs),
             name="scheduler-worker", daemon=True,
         )
         if self.hash_seed is None:
@@ -146,7 +152,8 @@ class LocalBackend:
         """Nothing beyond the workers, which the scheduler stops."""
 
 
-def _worker_main(conn: Connection, definitions: dict[int, bytes], memory_limit_mb: int | None) -> None:
+def _worker_main(conn: Connection, definitions: dict[int, bytes], memory_limit_mb: int | None,
+                 isolate_jobs: bool = False) -> None:
     """A worker's life: lead a new process group, die with the parent, then run jobs until EOF."""
     os.setsid()
     _release_fork_server()
@@ -166,11 +173,45 @@ def _worker_main(conn: Connection, definitions: dict[int, bytes], memory_limit_m
             runner.define(definitions)
             conn.send(("started",))
         for job_id, fn_id, payload, _ in jobs:
+            if isolate_jobs:
+                conn.send_bytes(_run_in_fork(runner, job_id, fn_id, payload))
+                continue
             result = runner.run(job_id, fn_id, payload)
             try:
                 conn.send(result)
             except Exception as e:  # noqa: BLE001  # an unpicklable return value
                 conn.send(unsendable(result, e))
+
+
+def _run_in_fork(runner: JobRunner, job_id: int, fn_id: int, payload: Any) -> bytes:
+    """One job in a fork of this worker, which exits with it; its pickled result (an `infra` one when the fork
+    died before it answered: killed, out of memory, `os._exit`)."""
+    started = time.monotonic()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the job's process: run, answer, exit without running anything of the worker's
+        code = 1
+        try:
+            os.close(read)
+            result = runner.run(job_id, fn_id, payload)
+            try:
+                answer = pickle.dumps(result)
+            except Exception as e:  # noqa: BLE001  # an unpicklable return value
+                answer = pickle.dumps(unsendable(result, e))
+            with os.fdopen(write, "wb") as out:
+                out.write(answer)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as answer:
+        data = answer.read()
+    _, status = os.waitpid(pid, 0)
+    if data and os.waitstatus_to_exitcode(status) == 0:
+        return data
+    how = os.waitstatus_to_exitcode(status)
+    reason = f"killed by signal {-how}" if how < 0 else f"exited with code {how}"
+    return pickle.dumps((job_id, "infra", f"the job's process {reason} before it answered", started, time.monotonic()))
 
 
 def _release_fork_server() -> None:
